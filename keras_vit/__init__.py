@@ -1,0 +1,19 @@
+"""keras_vit: the Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch)."""
+
+from keras_vit import layers, models
+from keras_vit.models import (
+    VisionTransformer,
+    ViTB8,
+    ViTB16,
+    ViTB32,
+    ViTH14,
+    ViTL16,
+    ViTL32,
+    ViTS16,
+    ViTS32,
+    ViTTi16,
+    decode_variant,
+    feature_extractor,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,28 @@
+"""Keras layers of the Vision Transformer; `keras.ops` only, every backend."""
+
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_vit.layers.patch_embedding import PatchEmbedding, patch_grid
+from keras_vit.layers.position_embedding import (
+    PositionEmbedding,
+    resample_position_embeddings,
+    sincos_2d_position_embeddings,
+)
+from keras_vit.layers.stochastic_depth import StochasticDepth
+from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.layers.transformer_block import TransformerBlock
+
+__all__ = [
+    "ClassToken",
+    "LayerScale",
+    "MultiHeadSelfAttention",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "StochasticDepth",
+    "TokenPooling",
+    "TransformerBlock",
+    "patch_grid",
+    "resample_position_embeddings",
+    "sincos_2d_position_embeddings",
+]

@@ -1,0 +1,223 @@
+"""Multi-head self-attention with a fused q/k/v projection."""
+
+import keras
+from keras import ops
+
+
+def _projection_initializer(initializer, fan_in, fan_out, shape):
+    """Initialises a kernel of `shape` as stacked `(fan_in, fan_out)` matrices.
+
+    Keras derives fans from a kernel's last two axes, which is wrong for the
+    `(D, 3, heads, head_dim)` and `(heads, head_dim, D)` layouts here. Like
+    Flax's `DenseGeneral` (the reference implementation), each projection is
+    drawn as a plain `(D, D)` matrix and reshaped. Each projection gets its
+    own copy of the initializer, as `keras.layers.MultiHeadAttention` does,
+    so unseeded draws are independent.
+    """
+    count = 1
+    for size in shape:
+        count *= size
+    count //= fan_in * fan_out
+
+    def initialize(shape, dtype=None):
+        draws = [
+            initializer.__class__.from_config(initializer.get_config())(
+                (fan_in, fan_out), dtype=dtype
+            )
+            for _ in range(count)
+        ]
+        return ops.reshape(ops.stack(draws, axis=1), shape)
+
+    return initialize
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadSelfAttention(keras.layers.Layer):
+    """Multi-head scaled dot-product self-attention (MSA) of ViT.
+
+    Queries, keys and values come from one fused projection, kept as a
+    kernel of shape `(hidden_dim, 3, num_heads, head_dim)` (q, k, v stacked
+    on axis 1, heads on their own axis so that they can be sharded); the
+    output projection's kernel has shape `(num_heads, head_dim, hidden_dim)`.
+    Attention runs on the fused `keras.ops.dot_product_attention` path. An
+    explicit path (logits and softmax in float32) is taken only when the
+    attention probabilities are asked for or attention dropout is active.
+
+    Args:
+        num_heads: int, the number of attention heads; must divide the
+            width of the inputs.
+        dropout: float, dropout rate on the attention probabilities.
+            Defaults to 0.
+        use_bias: bool, whether the projections have biases.
+        kernel_initializer: initializer of each projection, drawn per
+            `(hidden_dim, hidden_dim)` matrix. Defaults to
+            `"glorot_uniform"` (Xavier uniform, as in the reference).
+        bias_initializer: initializer of the biases. Defaults to `"zeros"`.
+        seed: int, seed of the attention dropout.
+        **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
+
+    Call arguments:
+        inputs: tokens of shape `(batch, num_tokens, hidden_dim)`.
+        training: bool, whether attention dropout is active.
+        return_attention_scores: bool, whether to also return the attention
+            probabilities.
+
+    Returns:
+        Tokens of the shape of `inputs`; with `return_attention_scores=True`,
+        the tuple `(tokens, probabilities)`, the probabilities of shape
+        `(batch, num_heads, num_tokens, num_tokens)` in float32.
+
+    Example:
+
+    >>> layer = MultiHeadSelfAttention(num_heads=4)
+    >>> tokens, scores = layer(
+    ...     keras.ops.ones((2, 5, 32)), return_attention_scores=True
+    ... )
+    >>> tuple(tokens.shape), tuple(scores.shape)
+    ((2, 5, 32), (2, 4, 5, 5))
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        dropout=0.0,
+        use_bias=True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(
+                "`num_heads` must be a positive int. "
+                f"Received: num_heads={num_heads!r}"
+            )
+        if not 0 <= dropout < 1:
+            raise ValueError(
+                f"`dropout` must be in [0, 1). Received: dropout={dropout!r}"
+            )
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if len(input_shape) != 3 or hidden_dim is None:
+            raise ValueError(
+                "MultiHeadSelfAttention expects tokens of shape "
+                "(batch, num_tokens, hidden_dim) with a known hidden_dim. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        if hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim {hidden_dim} is not divisible by num_heads "
+                f"{self.num_heads}."
+            )
+        self.hidden_dim = hidden_dim
+        self.head_dim = hidden_dim // self.num_heads
+        qkv_shape = (hidden_dim, 3, self.num_heads, self.head_dim)
+        self.qkv_kernel = self.add_weight(
+            name="qkv_kernel",
+            shape=qkv_shape,
+            initializer=_projection_initializer(
+                self.kernel_initializer, hidden_dim, hidden_dim, qkv_shape
+            ),
+        )
+        out_shape = (self.num_heads, self.head_dim, hidden_dim)
+        self.out_kernel = self.add_weight(
+            name="out_kernel",
+            shape=out_shape,
+            initializer=_projection_initializer(
+                self.kernel_initializer, hidden_dim, hidden_dim, out_shape
+            ),
+        )
+        if self.use_bias:
+            self.qkv_bias = self.add_weight(
+                name="qkv_bias",
+                shape=(3, self.num_heads, self.head_dim),
+                initializer=self.bias_initializer,
+            )
+            self.out_bias = self.add_weight(
+                name="out_bias",
+                shape=(hidden_dim,),
+                initializer=self.bias_initializer,
+            )
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        num_tokens = ops.shape(inputs)[1]
+        qkv = ops.matmul(
+            inputs, ops.reshape(self.qkv_kernel, (self.hidden_dim, -1))
+        )
+        if self.use_bias:
+            qkv = qkv + ops.reshape(self.qkv_bias, (-1,))
+        qkv = ops.reshape(
+            qkv, (-1, num_tokens, 3, self.num_heads, self.head_dim)
+        )
+        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        use_dropout = bool(training) and self.dropout > 0
+        if return_attention_scores or use_dropout:
+            scores = self._attention_probabilities(query, key)
+            probabilities = scores
+            if use_dropout:
+                probabilities = keras.random.dropout(
+                    scores, self.dropout, seed=self.seed_generator
+                )
+            context = ops.einsum(
+                "bhqk,bkhd->bqhd", ops.cast(probabilities, value.dtype), value
+            )
+        else:
+            context = ops.dot_product_attention(query, key, value)
+        outputs = ops.matmul(
+            ops.reshape(context, (-1, num_tokens, self.hidden_dim)),
+            ops.reshape(self.out_kernel, (self.hidden_dim, self.hidden_dim)),
+        )
+        if self.use_bias:
+            outputs = outputs + self.out_bias
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def _attention_probabilities(self, query, key):
+        """Softmax of scaled dot products, `(batch, heads, q, k)`, in float32."""
+        logits = ops.einsum(
+            "bqhd,bkhd->bhqk",
+            ops.cast(query, "float32"),
+            ops.cast(key, "float32"),
+        )
+        return ops.softmax(logits * (self.head_dim**-0.5), axis=-1)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        batch, num_tokens = inputs.shape[0], inputs.shape[1]
+        scores = keras.KerasTensor(
+            (batch, self.num_heads, num_tokens, num_tokens), dtype="float32"
+        )
+        return outputs, scores
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+                "seed": self.seed,
+            }
+        )
+        return config

@@ -1,0 +1,161 @@
+"""Linear projection of non-overlapping image patches."""
+
+import keras
+from keras import ops
+
+
+def _pair(value, name):
+    """`16` -> `(16, 16)`; `(14, 16)` stays; anything else is an error."""
+    pair = (value, value) if isinstance(value, int) else value
+    if (
+        not isinstance(pair, (tuple, list))
+        or len(pair) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        or min(pair) < 1
+    ):
+        raise ValueError(
+            f"`{name}` must be a positive int or a pair of positive ints. "
+            f"Received: {name}={value!r}"
+        )
+    return tuple(pair)
+
+
+def patch_grid(image_size, patch_size):
+    """The patch grid `(rows, cols)` of an image, or a clear error.
+
+    Args:
+        image_size: `(height, width)` of the image.
+        patch_size: int or `(height, width)` of one patch.
+
+    Returns:
+        `(height // patch_height, width // patch_width)`.
+
+    Raises:
+        ValueError: when a side is not divisible by the patch size.
+    """
+    patch_size = _pair(patch_size, "patch_size")
+    for side, size, patch in zip(("height", "width"), image_size, patch_size):
+        if size is not None and size % patch:
+            raise ValueError(
+                f"image {side} {size} is not divisible by patch size {patch}. "
+                f"Received: image_size={tuple(image_size)}, "
+                f"patch_size={patch_size}"
+            )
+    return tuple(
+        None if size is None else size // patch
+        for size, patch in zip(image_size, patch_size)
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PatchEmbedding(keras.layers.Layer):
+    """Cuts an image into `P×P` patches and projects each one linearly.
+
+    This is the "linear projection of flattened patches" of ViT, computed as
+    a convolution whose kernel size and stride are both the patch size. The
+    kernel is stored in HWIO layout `(P, P, channels, hidden_dim)`, the layout
+    of the official checkpoints' `embedding/kernel`, so they copy straight in.
+    The patch grid is flattened row by row into a token sequence.
+
+    Args:
+        patch_size: int or `(height, width)`, the size of one patch.
+        hidden_dim: int, the width `D` of each token.
+        use_bias: bool, whether the projection has a bias. Defaults to `True`.
+        kernel_initializer: initializer of the kernel. Defaults to
+            `"lecun_normal"`, as in the reference implementation.
+        bias_initializer: initializer of the bias. Defaults to `"zeros"`.
+        **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
+
+    Call arguments:
+        inputs: images of shape `(batch, height, width, channels)`, whose
+            height and width are multiples of the patch size.
+
+    Returns:
+        Tokens of shape `(batch, (height // P) * (width // P), hidden_dim)`.
+
+    Example:
+
+    >>> layer = PatchEmbedding(patch_size=16, hidden_dim=64)
+    >>> tuple(layer(keras.ops.ones((2, 32, 48, 3))).shape)
+    (2, 6, 64)
+    """
+
+    def __init__(
+        self,
+        patch_size,
+        hidden_dim,
+        use_bias=True,
+        kernel_initializer="lecun_normal",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.patch_size = _pair(patch_size, "patch_size")
+        if not isinstance(hidden_dim, int) or hidden_dim < 1:
+            raise ValueError(
+                "`hidden_dim` must be a positive int. "
+                f"Received: hidden_dim={hidden_dim!r}"
+            )
+        self.hidden_dim = hidden_dim
+        self.use_bias = use_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                "PatchEmbedding expects images of shape "
+                "(batch, height, width, channels). "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        channels = input_shape[-1]
+        if channels is None:
+            raise ValueError(
+                "The channel axis of the images must be known. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        patch_grid(input_shape[1:3], self.patch_size)
+        self.input_spec = keras.InputSpec(ndim=4, axes={-1: channels})
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(*self.patch_size, channels, self.hidden_dim),
+            initializer=self.kernel_initializer,
+        )
+        self.bias = (
+            self.add_weight(
+                name="bias",
+                shape=(self.hidden_dim,),
+                initializer=self.bias_initializer,
+            )
+            if self.use_bias
+            else None
+        )
+
+    def call(self, inputs):
+        patch_grid(inputs.shape[1:3], self.patch_size)
+        x = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
+        if self.bias is not None:
+            x = x + self.bias
+        return ops.reshape(x, (-1, x.shape[1] * x.shape[2], self.hidden_dim))
+
+    def compute_output_shape(self, input_shape):
+        rows, cols = patch_grid(input_shape[1:3], self.patch_size)
+        tokens = None if rows is None or cols is None else rows * cols
+        return (input_shape[0], tokens, self.hidden_dim)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "patch_size": self.patch_size,
+                "hidden_dim": self.hidden_dim,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(
+                    self.bias_initializer
+                ),
+            }
+        )
+        return config

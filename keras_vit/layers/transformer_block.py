@@ -1,0 +1,231 @@
+"""The pre-norm Transformer encoder block of ViT."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_vit.layers.stochastic_depth import StochasticDepth
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """One pre-norm encoder block: `x + MSA(LN(x))`, then `x + MLP(LN(x))`.
+
+    The MLP is `Dense(mlp_dim)`, GELU, dropout, `Dense(hidden_dim)`, dropout
+    (paper, eq. 2-3). Each residual branch can carry LayerScale and
+    stochastic depth. LayerNorm epsilon defaults to 1e-6 and GELU to its
+    tanh approximation, as in the original checkpoints (the tanh form also
+    keeps `Erf` out of TFLite graphs). Under mixed precision LayerNorm and
+    the attention softmax compute in float32.
+
+    Args:
+        num_heads: int, the number of attention heads.
+        mlp_dim: int, the hidden width of the MLP.
+        dropout_rate: float, dropout after the attention and in the MLP.
+        attention_dropout_rate: float, dropout on the attention
+            probabilities.
+        drop_path_rate: float, the stochastic depth rate of both branches.
+        layer_scale_init: float or `None`; when set, both branches are
+            scaled by LayerScale factors starting at this value.
+        approximate_gelu: bool, `True` for tanh-approximated GELU (original
+            ViT), `False` for the exact erf form (Hugging Face ViT, DINOv2).
+        layer_norm_epsilon: float, the LayerNorm epsilon.
+        use_qkv_bias: bool, whether the q/k/v projection has a bias.
+        kernel_initializer: initializer of the projection and MLP kernels.
+            Defaults to `"glorot_uniform"`.
+        mlp_bias_initializer: initializer of the MLP biases. Defaults to
+            `RandomNormal(stddev=1e-6)`, as in the reference.
+        seed: int, seed of the dropout and stochastic depth draws.
+        **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
+
+    Call arguments:
+        inputs: tokens of shape `(batch, num_tokens, hidden_dim)`.
+        training: bool, whether dropout and stochastic depth are active.
+        return_attention_scores: bool, whether to also return the attention
+            probabilities `(batch, num_heads, num_tokens, num_tokens)`.
+
+    Returns:
+        Tokens of the shape of `inputs`, or `(tokens, probabilities)`.
+
+    Example:
+
+    >>> block = TransformerBlock(num_heads=2, mlp_dim=64)
+    >>> tuple(block(keras.ops.ones((2, 5, 16))).shape)
+    (2, 5, 16)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_scale_init=None,
+        approximate_gelu=True,
+        layer_norm_epsilon=1e-6,
+        use_qkv_bias=True,
+        kernel_initializer="glorot_uniform",
+        mlp_bias_initializer=None,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not isinstance(mlp_dim, int) or mlp_dim < 1:
+            raise ValueError(
+                f"`mlp_dim` must be a positive int. Received: mlp_dim={mlp_dim!r}"
+            )
+        for name, rate in (
+            ("dropout_rate", dropout_rate),
+            ("drop_path_rate", drop_path_rate),
+        ):
+            if not 0 <= rate < 1:
+                raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={rate!r}")
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.dropout_rate = dropout_rate
+        self.attention_dropout_rate = attention_dropout_rate
+        self.drop_path_rate = drop_path_rate
+        self.layer_scale_init = layer_scale_init
+        self.approximate_gelu = approximate_gelu
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.use_qkv_bias = use_qkv_bias
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.mlp_bias_initializer = keras.initializers.get(
+            mlp_bias_initializer or keras.initializers.RandomNormal(stddev=1e-6)
+        )
+        self.seed = seed
+
+        def sublayer_seed(offset):
+            return None if seed is None else seed + offset
+
+        common = {"dtype": self.dtype_policy}
+        self.attention_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="attention_norm", **common
+        )
+        self.attention = MultiHeadSelfAttention(
+            num_heads,
+            dropout=attention_dropout_rate,
+            use_bias=use_qkv_bias,
+            kernel_initializer=kernel_initializer,
+            seed=sublayer_seed(1),
+            name="attention",
+            **common,
+        )
+        self.mlp_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, name="mlp_norm", **common
+        )
+        self.mlp_dense_1 = keras.layers.Dense(
+            mlp_dim,
+            kernel_initializer=self._clone(self.kernel_initializer),
+            bias_initializer=self._clone(self.mlp_bias_initializer),
+            name="mlp_dense_1",
+            **common,
+        )
+        self.mlp_dense_2 = None  # its width is known in build()
+        self.dropout = keras.layers.Dropout(
+            dropout_rate, seed=sublayer_seed(2), name="dropout", **common
+        )
+        self.drop_path = StochasticDepth(
+            drop_path_rate, seed=sublayer_seed(3), name="drop_path", **common
+        )
+        if layer_scale_init is None:
+            self.attention_scale = self.mlp_scale = None
+        else:
+            self.attention_scale = LayerScale(
+                layer_scale_init, name="attention_scale", **common
+            )
+            self.mlp_scale = LayerScale(layer_scale_init, name="mlp_scale", **common)
+
+    @staticmethod
+    def _clone(initializer):
+        # Fresh copies, so that unseeded initializers draw independently.
+        return initializer.__class__.from_config(initializer.get_config())
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if len(input_shape) != 3 or hidden_dim is None:
+            raise ValueError(
+                "TransformerBlock expects tokens of shape "
+                "(batch, num_tokens, hidden_dim) with a known hidden_dim. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
+        self.mlp_dense_2 = keras.layers.Dense(
+            hidden_dim,
+            kernel_initializer=self._clone(self.kernel_initializer),
+            bias_initializer=self._clone(self.mlp_bias_initializer),
+            name="mlp_dense_2",
+            dtype=self.dtype_policy,
+        )
+        self.attention_norm.build(input_shape)
+        self.attention.build(input_shape)
+        self.mlp_norm.build(input_shape)
+        self.mlp_dense_1.build(input_shape)
+        self.mlp_dense_2.build((*input_shape[:-1], self.mlp_dim))
+        for scale in (self.attention_scale, self.mlp_scale):
+            if scale is not None:
+                scale.build(input_shape)
+
+    def _residual(self, branch, scale, training):
+        if scale is not None:
+            branch = scale(branch)
+        return self.drop_path(branch, training=training)
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        x = self.attention_norm(inputs)
+        x = self.attention(
+            x, training=training, return_attention_scores=return_attention_scores
+        )
+        if return_attention_scores:
+            x, scores = x
+        x = self.dropout(x, training=training)
+        x = inputs + self._residual(x, self.attention_scale, training)
+
+        y = self.mlp_norm(x)
+        y = self.mlp_dense_1(y)
+        y = ops.gelu(y, approximate=self.approximate_gelu)
+        y = self.dropout(y, training=training)
+        y = self.mlp_dense_2(y)
+        y = self.dropout(y, training=training)
+        outputs = x + self._residual(y, self.mlp_scale, training)
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        batch, num_tokens = inputs.shape[0], inputs.shape[1]
+        scores = keras.KerasTensor(
+            (batch, self.num_heads, num_tokens, num_tokens), dtype="float32"
+        )
+        return outputs, scores
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "drop_path_rate": self.drop_path_rate,
+                "layer_scale_init": self.layer_scale_init,
+                "approximate_gelu": self.approximate_gelu,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "use_qkv_bias": self.use_qkv_bias,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "mlp_bias_initializer": keras.initializers.serialize(
+                    self.mlp_bias_initializer
+                ),
+                "seed": self.seed,
+            }
+        )
+        return config

@@ -1,0 +1,17 @@
+"""ViT models: the variant table and the functional builders."""
+
+from keras_vit.models.variants import PUBLISHED, decode_variant, parameter_count
+from keras_vit.models.vision_transformer import (
+    BUILDERS,
+    VisionTransformer,
+    ViTB8,
+    ViTB16,
+    ViTB32,
+    ViTH14,
+    ViTL16,
+    ViTL32,
+    ViTS16,
+    ViTS32,
+    ViTTi16,
+    feature_extractor,
+)

@@ -1,0 +1,73 @@
+"""The ViT variants of the paper (Table 1) and its code, as data."""
+
+# name -> (hidden_dim, num_layers, num_heads, mlp_dim)
+WIDTHS = {
+    "Ti": (192, 12, 3, 768),
+    "S": (384, 12, 6, 1536),
+    "B": (768, 12, 12, 3072),
+    "L": (1024, 24, 16, 4096),
+    "H": (1280, 32, 16, 5120),
+}
+PATCH_SIZES = (8, 14, 16, 32)
+
+# The variants published as builders (keras_vit.ViTB16 etc.): those the
+# paper and google-research/vision_transformer (incl. AugReg) released.
+PUBLISHED = ("Ti/16", "S/16", "S/32", "B/8", "B/16", "B/32", "L/16", "L/32", "H/14")
+
+
+def decode_variant(variant):
+    """The architecture of a named variant, e.g. `"B/16"`.
+
+    Args:
+        variant: `"<width>/<patch size>"` with width one of Ti, S, B, L, H
+            and patch size one of 8, 14, 16, 32.
+
+    Returns:
+        dict with `patch_size`, `hidden_dim`, `num_layers`, `num_heads` and
+        `mlp_dim`, ready for `VisionTransformer(**decode_variant(...))`.
+
+    Example:
+
+    >>> decode_variant("B/16")["hidden_dim"]
+    768
+    """
+    width, _, patch = str(variant).partition("/")
+    if width not in WIDTHS or not patch.isdigit() or int(patch) not in PATCH_SIZES:
+        raise ValueError(
+            f"Unknown ViT variant {variant!r}: expected '<width>/<patch>' with "
+            f"width in {tuple(WIDTHS)} and patch in {PATCH_SIZES}, e.g. 'B/16'."
+        )
+    hidden_dim, num_layers, num_heads, mlp_dim = WIDTHS[width]
+    return {
+        "patch_size": int(patch),
+        "hidden_dim": hidden_dim,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "mlp_dim": mlp_dim,
+    }
+
+
+def parameter_count(variant, image_size=224, classes=1000, channels=3):
+    """The parameter count of a variant with a class token and linear head.
+
+    Counted from the architecture alone (no model is built): patch
+    embedding, class token, position embeddings, blocks, final LayerNorm
+    and head. Used for documentation and as a check on built models.
+
+    Example:
+
+    >>> parameter_count("B/16")
+    86567656
+    """
+    arch = decode_variant(variant)
+    patch, dim, mlp = arch["patch_size"], arch["hidden_dim"], arch["mlp_dim"]
+    tokens = (image_size // patch) ** 2 + 1
+    block = 4 * dim * dim + 2 * dim * mlp + 9 * dim + mlp  # 2 LN, qkv, out, MLP
+    return (
+        patch * patch * channels * dim + dim  # patch embedding
+        + dim  # class token
+        + tokens * dim  # position embeddings
+        + arch["num_layers"] * block
+        + 2 * dim  # encoder norm
+        + dim * classes + classes  # head
+    )

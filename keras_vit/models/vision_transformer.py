@@ -1,0 +1,366 @@
+"""The Vision Transformer as a functional Keras model, and its builders."""
+
+import keras
+import numpy as np
+
+from keras_vit import layers as vit_layers
+from keras_vit.layers.patch_embedding import _pair
+from keras_vit.models.variants import PUBLISHED, decode_variant, parameter_count
+
+POOLINGS = ("token", "gap")
+DEFAULT_INPUT_SHAPE = (224, 224, 3)
+
+
+def _validate_input_shape(input_shape, input_tensor):
+    if input_tensor is not None:
+        if not keras.backend.is_keras_tensor(input_tensor):
+            raise TypeError(
+                "`input_tensor` must be a Keras tensor (from `keras.Input`). "
+                f"Received: input_tensor={input_tensor!r}"
+            )
+        tensor_shape = tuple(input_tensor.shape[1:])
+        if input_shape is not None and tuple(input_shape) != tensor_shape:
+            raise ValueError(
+                f"input_shape={tuple(input_shape)} does not match the shape "
+                f"{tensor_shape} of input_tensor."
+            )
+        input_shape = tensor_shape
+    if input_shape is None:
+        return DEFAULT_INPUT_SHAPE
+    input_shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else input_shape
+    if (
+        not isinstance(input_shape, tuple)
+        or len(input_shape) != 3
+        or not all(isinstance(s, int) and s > 0 for s in input_shape)
+    ):
+        raise ValueError(
+            "`input_shape` must be (height, width, channels) with positive "
+            f"ints. Received: input_shape={input_shape!r}"
+        )
+    return input_shape
+
+
+def VisionTransformer(
+    patch_size=16,
+    hidden_dim=768,
+    num_layers=12,
+    num_heads=12,
+    mlp_dim=3072,
+    *,
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling="token",
+    classes=1000,
+    classifier_activation="softmax",
+    include_rescaling=True,
+    representation_size=None,
+    class_token=True,
+    position_embedding="learned",
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    drop_path_rate=0.0,
+    layer_scale_init=None,
+    approximate_gelu=True,
+    layer_norm_epsilon=1e-6,
+    seed=None,
+    name="vision_transformer",
+):
+    """Builds a Vision Transformer (Dosovitskiy et al. 2020) as a functional model.
+
+    The image is rescaled to `[-1, 1]` (with `include_rescaling`), cut into
+    patches that are linearly embedded, a class token is prepended,
+    position embeddings are added, and `num_layers` pre-norm Transformer
+    blocks follow; a final LayerNorm, pooling (class token or average of the
+    patch tokens), an optional tanh `pre_logits` layer and a zero-initialised
+    linear head complete the model. Layers are named after the reference
+    implementation: `patch_embedding`, `class_token`, `position_embedding`,
+    `encoderblock_{i}`, `encoder_norm`, `pooling`, `pre_logits`, `head`.
+
+    Args:
+        patch_size: int or `(height, width)` of a patch.
+        hidden_dim: int, the token width `D`.
+        num_layers: int, the number of Transformer blocks.
+        num_heads: int, the number of attention heads.
+        mlp_dim: int, the hidden width of the MLPs.
+        include_top: bool, whether to end with the classification head.
+        weights: `None` (random initialisation) or the path of a weights
+            file (`.weights.h5`, `.keras`) for this architecture.
+        input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
+            the image input.
+        input_shape: `(height, width, channels)`; defaults to
+            `(224, 224, 3)`. Height and width must be multiples of the
+            patch size.
+        pooling: `"token"` (class token), `"gap"` (mean of patch tokens), or
+            `None` with `include_top=False` to output every token.
+        classes: int, the number of classes of the head.
+        classifier_activation: activation of the head (`"softmax"`, or
+            `None` for logits).
+        include_rescaling: bool, whether the model takes pixels in
+            `[0, 255]` and scales them to `[-1, 1]` itself.
+        representation_size: int or `None`; when set, a `pre_logits`
+            Dense + tanh layer of this width follows the pooling, as in the
+            paper's pre-training head.
+        class_token: bool, whether to prepend a class token.
+        position_embedding: `"learned"` or `"sincos2d"` (fixed).
+        dropout_rate: float, dropout after the embeddings and in the blocks.
+        attention_dropout_rate: float, dropout on attention probabilities.
+        drop_path_rate: float, stochastic depth rate of the last block,
+            rising linearly from 0 in the first.
+        layer_scale_init: float or `None`, LayerScale initial value.
+        approximate_gelu: bool, tanh-approximated GELU (`True`, original
+            ViT) or exact GELU (`False`).
+        layer_norm_epsilon: float, epsilon of every LayerNorm.
+        seed: int or `None`, seed of dropout and stochastic depth.
+        name: str, the model's name.
+
+    Returns:
+        A `keras.Model`: logits or probabilities `(batch, classes)`; with
+        `include_top=False`, features `(batch, hidden_dim)` (or
+        `representation_size`), or tokens `(batch, num_tokens, hidden_dim)`
+        with `pooling=None`.
+
+    Example:
+
+    >>> model = VisionTransformer(
+    ...     patch_size=4, hidden_dim=32, num_layers=2, num_heads=2,
+    ...     mlp_dim=64, input_shape=(28, 28, 1), classes=10,
+    ... )
+    >>> model.output_shape
+    (None, 10)
+    """
+    # Everything is checked before any weight is created.
+    input_shape = _validate_input_shape(input_shape, input_tensor)
+    patch_size = _pair(patch_size, "patch_size")
+    grid_size = vit_layers.patch_grid(input_shape[:2], patch_size)
+    if pooling not in POOLINGS and not (pooling is None and not include_top):
+        allowed = POOLINGS if include_top else POOLINGS + (None,)
+        raise ValueError(
+            f"`pooling` must be one of {allowed} (None only with "
+            f"include_top=False). Received: pooling={pooling!r}"
+        )
+    if pooling == "token" and not class_token:
+        raise ValueError(
+            "pooling='token' needs a class token. Received: class_token=False"
+        )
+    if include_top and (not isinstance(classes, int) or classes < 1):
+        raise ValueError(
+            f"`classes` must be a positive int. Received: classes={classes!r}"
+        )
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}."
+        )
+    weights_path = None
+    if weights is not None:
+        from keras_vit import weights as vit_weights  # models <- weights
+
+        weights_path = vit_weights.resolve(weights)
+
+    def sublayer_seed(offset):
+        return None if seed is None else seed + offset
+
+    if input_tensor is not None:
+        images = input_tensor
+    else:
+        images = keras.Input(shape=input_shape, name="images")
+    x = images
+    if include_rescaling:
+        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(x)
+    x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
+    num_prefix_tokens = 1 if class_token else 0
+    if class_token:
+        x = vit_layers.ClassToken(name="class_token")(x)
+    x = vit_layers.PositionEmbedding(
+        grid_size,
+        num_prefix_tokens=num_prefix_tokens,
+        kind=position_embedding,
+        name="position_embedding",
+    )(x)
+    x = keras.layers.Dropout(dropout_rate, seed=sublayer_seed(0), name="dropout")(x)
+    for index, block_drop_path in enumerate(
+        np.linspace(0.0, drop_path_rate, num_layers)
+    ):
+        x = vit_layers.TransformerBlock(
+            num_heads=num_heads,
+            mlp_dim=mlp_dim,
+            dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            drop_path_rate=float(block_drop_path),
+            layer_scale_init=layer_scale_init,
+            approximate_gelu=approximate_gelu,
+            layer_norm_epsilon=layer_norm_epsilon,
+            seed=sublayer_seed(10 * (index + 1)),
+            name=f"encoderblock_{index}",
+        )(x)
+    x = keras.layers.LayerNormalization(
+        epsilon=layer_norm_epsilon, name="encoder_norm"
+    )(x)
+    if pooling is not None:
+        x = vit_layers.TokenPooling(
+            pooling, num_prefix_tokens=num_prefix_tokens, name="pooling"
+        )(x)
+        if representation_size:
+            x = keras.layers.Dense(
+                representation_size, activation="tanh", name="pre_logits"
+            )(x)
+    if include_top:
+        # The head computes in the variable dtype (float32 under mixed
+        # precision), so logits and probabilities come out in float32.
+        head_dtype = keras.dtype_policies.get(
+            keras.config.dtype_policy()
+        ).variable_dtype
+        x = keras.layers.Dense(
+            classes,
+            activation=classifier_activation,
+            kernel_initializer="zeros",
+            name="head",
+            dtype=head_dtype,
+        )(x)
+    inputs = (
+        keras.utils.get_source_inputs(input_tensor)
+        if input_tensor is not None
+        else images
+    )
+    model = keras.Model(inputs, x, name=name)
+    if weights_path is not None:
+        vit_weights.load(model, weights_path)
+    return model
+
+
+def feature_extractor(model, blocks=None):
+    """A model that returns the outputs of a ViT's encoder blocks.
+
+    For users who take the model apart (linear probes, dense prediction,
+    inspection): the returned model shares the layers and weights of
+    `model`, takes the same images, and returns a dict of the token
+    sequences after each chosen block (`"encoderblock_{i}"`) and after the
+    final LayerNorm (`"encoder_norm"`).
+
+    Args:
+        model: a model built by `VisionTransformer` or a `ViT*` builder.
+        blocks: iterable of block indices (negative ones count from the
+            end), or `None` for every block.
+
+    Returns:
+        A `keras.Model` mapping images to
+        `{"encoderblock_{i}": (batch, tokens, dim), ..., "encoder_norm": ...}`.
+
+    Example:
+
+    >>> vit = VisionTransformer(
+    ...     patch_size=4, hidden_dim=32, num_layers=3, num_heads=2,
+    ...     mlp_dim=64, input_shape=(16, 16, 3), classes=10,
+    ... )
+    >>> features = feature_extractor(vit, blocks=[0, -1])
+    >>> sorted(features.output_shape)
+    ['encoder_norm', 'encoderblock_0', 'encoderblock_2']
+    """
+    block_layers = [
+        layer for layer in model.layers if layer.name.startswith("encoderblock_")
+    ]
+    if not block_layers:
+        raise ValueError(
+            f"Model {model.name!r} has no 'encoderblock_*' layers; "
+            "build it with keras_vit.VisionTransformer or a ViT* builder."
+        )
+    indices = range(len(block_layers)) if blocks is None else list(blocks)
+    outputs = {}
+    for index in indices:
+        if not -len(block_layers) <= index < len(block_layers):
+            raise ValueError(
+                f"Block index {index} is out of range for a model with "
+                f"{len(block_layers)} blocks."
+            )
+        layer = block_layers[index]
+        outputs[layer.name] = layer.output
+    outputs["encoder_norm"] = model.get_layer("encoder_norm").output
+    return keras.Model(model.inputs, outputs, name=f"{model.name}_features")
+
+
+_BUILDER_DOC = """Builds ViT-{variant} ({num_layers} layers, width {hidden_dim}, \
+MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
+
+    A keras.applications-style builder of `VisionTransformer`; with the
+    defaults (224×224×3 inputs, 1000 classes) the model has
+    {params} parameters.
+
+    Args:
+        include_top: bool, whether to end with the classification head.
+        weights: `None` or the path of a weights file for this architecture.
+        input_tensor: optional Keras tensor to use as the image input.
+        input_shape: `(height, width, channels)`, multiples of the patch size;
+            defaults to `(224, 224, 3)`.
+        pooling: `"token"`, `"gap"`, or `None` (with `include_top=False`).
+        classes: int, the number of classes.
+        classifier_activation: the head's activation; `None` for logits.
+        include_rescaling: bool, whether inputs are `[0, 255]` pixels.
+        name: str, the model's name; defaults to `"{model_name}"`.
+        **kwargs: any other argument of `VisionTransformer` (e.g.
+            `dropout_rate`, `attention_dropout_rate`, `drop_path_rate`,
+            `representation_size`, `approximate_gelu`).
+
+    Returns:
+        A `keras.Model`.
+
+    Example:
+
+    ```python
+    model = keras_vit.{function_name}(input_shape=(384, 384, 3), classes=10)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    ```
+    """
+
+def _builder(variant):
+    architecture = decode_variant(variant)
+    function_name = "ViT" + variant.replace("/", "")
+    model_name = "vit_" + variant.replace("/", "").lower()
+
+    def builder(
+        include_top=True,
+        weights=None,
+        input_tensor=None,
+        input_shape=None,
+        pooling="token",
+        classes=1000,
+        classifier_activation="softmax",
+        include_rescaling=True,
+        name=model_name,
+        **kwargs,
+    ):
+        return VisionTransformer(
+            **architecture,
+            include_top=include_top,
+            weights=weights,
+            input_tensor=input_tensor,
+            input_shape=input_shape,
+            pooling=pooling,
+            classes=classes,
+            classifier_activation=classifier_activation,
+            include_rescaling=include_rescaling,
+            name=name,
+            **kwargs,
+        )
+
+    builder.__name__ = builder.__qualname__ = function_name
+    builder.__doc__ = _BUILDER_DOC.format(
+        variant=variant,
+        function_name=function_name,
+        model_name=model_name,
+        params=f"{parameter_count(variant):,}",
+        **architecture,
+    )
+    return builder
+
+
+BUILDERS = {variant: _builder(variant) for variant in PUBLISHED}
+ViTTi16 = BUILDERS["Ti/16"]
+ViTS16 = BUILDERS["S/16"]
+ViTS32 = BUILDERS["S/32"]
+ViTB8 = BUILDERS["B/8"]
+ViTB16 = BUILDERS["B/16"]
+ViTB32 = BUILDERS["B/32"]
+ViTL16 = BUILDERS["L/16"]
+ViTL32 = BUILDERS["L/32"]
+ViTH14 = BUILDERS["H/14"]

@@ -1,0 +1,28 @@
+import numpy as np
+from keras import ops
+from keras.src import testing
+
+from keras_vit.layers import ClassToken
+
+
+class ClassTokenTest(testing.TestCase):
+    def test_layer_basics(self):
+        self.run_layer_test(
+            ClassToken,
+            init_kwargs={},
+            input_shape=(2, 6, 8),
+            expected_output_shape=(2, 7, 8),
+            expected_num_trainable_weights=1,
+        )
+
+    def test_prepends_the_token_and_keeps_the_sequence(self):
+        layer = ClassToken(initializer="ones")
+        tokens = np.random.default_rng(0).normal(size=(3, 4, 5)).astype("float32")
+        out = ops.convert_to_numpy(layer(tokens))
+        self.assertAllClose(out[:, 0], np.ones((3, 5)))
+        self.assertAllClose(out[:, 1:], tokens)
+
+    def test_starts_at_zero(self):
+        layer = ClassToken()
+        layer.build((None, 4, 5))
+        self.assertAllClose(ops.convert_to_numpy(layer.token), np.zeros((1, 1, 5)))
