@@ -23,6 +23,8 @@ def _demo(args):
           f"{keras_vit.models.parameter_count('B/16'):,} parameters (paper: 86,567,656)")
 
     train_images, train_labels = load_fashion_mnist("train")
+    if args.limit:
+        train_images, train_labels = train_images[: args.limit], train_labels[: args.limit]
     test_images, test_labels = load_fashion_mnist("test")
     print(f"Fashion-MNIST: {len(train_images):,} training and "
           f"{len(test_images):,} test images of {train_images.shape[1:]}")
@@ -55,7 +57,7 @@ def _demo(args):
         .prefetch(2)
     )
     test = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(512)
-    model.fit(train, epochs=args.epochs, verbose=2)
+    model.fit(train, epochs=args.epochs, shuffle=False, verbose=2)
     _, accuracy = model.evaluate(test.with_options(options), verbose=0)
     print(f"test accuracy after {args.epochs} epoch(s): {accuracy:.4f}")
 
@@ -82,6 +84,9 @@ def build_parser():
     demo.add_argument("--epochs", type=int, default=1)
     demo.add_argument("--batch-size", type=int, default=128)
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--limit", type=int, default=None, help="use only the first N training images"
+    )
     demo.set_defaults(run=_demo)
     return parser
 

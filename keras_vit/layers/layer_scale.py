@@ -23,9 +23,9 @@ class LayerScale(keras.layers.Layer):
 
     Example:
 
-    >>> layer = LayerScale(init_value=0.1)
+    >>> layer = LayerScale(init_value=0.5)
     >>> float(layer(keras.ops.ones((2, 3, 4)))[0, 0, 0])
-    0.1
+    0.5
     """
 
     def __init__(self, init_value, **kwargs):

@@ -254,7 +254,7 @@ def feature_extractor(model, blocks=None):
     ...     mlp_dim=64, input_shape=(16, 16, 3), classes=10,
     ... )
     >>> features = feature_extractor(vit, blocks=[0, -1])
-    >>> sorted(features.output_shape)
+    >>> sorted(features(keras.ops.zeros((1, 16, 16, 3))))
     ['encoder_norm', 'encoderblock_0', 'encoderblock_2']
     """
     block_layers = [

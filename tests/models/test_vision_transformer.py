@@ -1,0 +1,185 @@
+import os
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_vit
+from keras_vit.models import BUILDERS, decode_variant, parameter_count
+from tests.conftest import TINY, randomize_weights
+
+# The parameter counts of the paper's code at 224 px with 1000 classes.
+PAPER_PARAMETER_COUNTS = {
+    "Ti/16": 5_717_416,
+    "S/16": 22_050_664,
+    "B/16": 86_567_656,
+    "B/32": 88_224_232,
+    "L/16": 304_326_632,
+    "L/32": 306_535_400,
+    "H/14": 632_045_800,
+}
+
+
+@pytest.mark.parametrize("variant", sorted(PAPER_PARAMETER_COUNTS))
+def test_parameter_counts_equal_the_papers_code(variant):
+    model = BUILDERS[variant]()  # built, never run
+    assert model.count_params() == PAPER_PARAMETER_COUNTS[variant]
+    assert parameter_count(variant) == PAPER_PARAMETER_COUNTS[variant]
+
+
+def test_every_published_builder_is_exported_with_its_architecture():
+    for variant, builder in BUILDERS.items():
+        name = "ViT" + variant.replace("/", "")
+        assert getattr(keras_vit, name) is builder
+        assert builder.__name__ == name
+        assert f"ViT-{variant}" in builder.__doc__
+    model = keras_vit.ViTS32(input_shape=(64, 64, 3), classes=3)
+    arch = decode_variant("S/32")
+    assert model.name == "vit_s32"
+    assert model.get_layer("patch_embedding").kernel.shape == (32, 32, 3, 384)
+    assert len([l for l in model.layers if l.name.startswith("encoderblock_")]) == 12
+    assert model.get_layer("encoderblock_0").attention.num_heads == arch["num_heads"]
+    assert model.count_params() == parameter_count("S/32", image_size=64, classes=3)
+
+
+def test_classifier_outputs_probabilities(images):
+    model = randomize_weights(keras_vit.VisionTransformer(**TINY))
+    probabilities = ops.convert_to_numpy(model(images))
+    assert probabilities.shape == (4, 5)
+    np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
+
+
+def test_head_starts_at_zero():
+    model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    head = model.get_layer("head")
+    assert not np.any(ops.convert_to_numpy(head.kernel))
+
+
+def test_feature_outputs_without_top(images):
+    features = keras_vit.VisionTransformer(**TINY, include_top=False)
+    assert features.output_shape == (None, 32)
+    tokens = keras_vit.VisionTransformer(**TINY, include_top=False, pooling=None)
+    assert tokens.output_shape == (None, 1 + 16, 32)
+    pre_logits = keras_vit.VisionTransformer(
+        **TINY, include_top=False, representation_size=24
+    )
+    out = ops.convert_to_numpy(pre_logits(images))
+    assert out.shape == (4, 24)
+    assert np.all(np.abs(out) <= 1.0)  # tanh
+    assert pre_logits.get_layer("pre_logits").activation.__name__ == "tanh"
+
+
+def test_gap_pooling_without_class_token(images):
+    model = keras_vit.VisionTransformer(
+        **TINY, pooling="gap", class_token=False, classifier_activation=None
+    )
+    assert model.get_layer("position_embedding").num_tokens == 16
+    assert "class_token" not in [layer.name for layer in model.layers]
+    assert model(images).shape[-1] == 5
+
+
+def test_sincos_position_embeddings_are_not_trained():
+    model = keras_vit.VisionTransformer(**TINY, position_embedding="sincos2d")
+    embedding = model.get_layer("position_embedding").embeddings
+    assert not embedding.trainable
+    assert embedding.path not in [w.path for w in model.trainable_weights]
+
+
+def test_non_square_images_and_input_tensor(images):
+    model = keras_vit.VisionTransformer(**{**TINY, "input_shape": (8, 24, 3)})
+    assert model.get_layer("position_embedding").grid_size == (2, 6)
+    inputs = keras.Input((16, 16, 3))
+    model = keras_vit.VisionTransformer(**{**TINY, "input_shape": None}, input_tensor=inputs)
+    assert model.inputs[0] is inputs
+    assert tuple(model(images).shape) == (4, 5)
+
+
+def test_rescaling_maps_pixels_to_minus_one_one(images):
+    with_rescaling = randomize_weights(keras_vit.VisionTransformer(**TINY))
+    without = keras_vit.VisionTransformer(**TINY, include_rescaling=False)
+    without.set_weights(with_rescaling.get_weights())
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(with_rescaling(images)),
+        ops.convert_to_numpy(without(images / 127.5 - 1.0)),
+        atol=1e-5,
+    )
+
+
+def test_drop_path_rises_linearly_with_depth():
+    model = keras_vit.VisionTransformer(**{**TINY, "num_layers": 5}, drop_path_rate=0.2)
+    rates = [model.get_layer(f"encoderblock_{i}").drop_path_rate for i in range(5)]
+    np.testing.assert_allclose(rates, [0.0, 0.05, 0.1, 0.15, 0.2])
+
+
+def test_feature_extractor_returns_every_block(images):
+    model = randomize_weights(keras_vit.VisionTransformer(**{**TINY, "num_layers": 3}))
+    features = keras_vit.feature_extractor(model)
+    outputs = {k: ops.convert_to_numpy(v) for k, v in features(images).items()}
+    assert sorted(outputs) == [
+        "encoder_norm", "encoderblock_0", "encoderblock_1", "encoderblock_2"
+    ]
+    last = model.get_layer("encoderblock_2")
+    assert features.get_layer("encoderblock_2") is last  # shares the layers
+    norm = ops.convert_to_numpy(model.get_layer("encoder_norm")(outputs["encoderblock_2"]))
+    np.testing.assert_allclose(outputs["encoder_norm"], norm, atol=1e-5)
+    with pytest.raises(ValueError, match="Block index 3 is out of range"):
+        keras_vit.feature_extractor(model, blocks=[3])
+
+
+def test_weights_argument_loads_a_weights_file(tmp_path, images):
+    source = randomize_weights(keras_vit.VisionTransformer(**TINY))
+    path = os.path.join(tmp_path, "tiny.weights.h5")
+    source.save_weights(path)
+    loaded = keras_vit.VisionTransformer(**TINY, weights=path)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(loaded(images)), ops.convert_to_numpy(source(images)),
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"input_shape": (225, 224, 3)}, "225 is not divisible by patch size 16"),
+        ({"input_shape": (224, 224)}, r"input_shape=\(224, 224\)"),
+        ({"input_shape": (224, 224, 0)}, r"input_shape=\(224, 224, 0\)"),
+        ({"weights": "no/such/file.weights.h5"}, "no/such/file.weights.h5"),
+        ({"weights": "imagenet"}, "weights='imagenet'"),
+        ({"pooling": "max"}, "pooling='max'"),
+        ({"pooling": None}, "pooling=None"),
+        ({"classes": 0}, "classes=0"),
+        ({"class_token": False}, "class_token=False"),
+    ],
+)
+def test_bad_arguments_fail_before_building(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        keras_vit.ViTB16(**kwargs)
+
+
+def test_unknown_variant_and_wrong_patch_size():
+    with pytest.raises(ValueError, match="Unknown ViT variant 'X/16'"):
+        decode_variant("X/16")
+    with pytest.raises(ValueError, match="Unknown ViT variant 'B/15'"):
+        decode_variant("B/15")
+    with pytest.raises(ValueError, match="patch_size=-4"):
+        keras_vit.VisionTransformer(**{**TINY, "patch_size": -4})
+    with pytest.raises(ValueError, match="16 is not divisible by patch size 5"):
+        keras_vit.VisionTransformer(**{**TINY, "patch_size": 5})
+
+
+def test_wrong_channels_at_call_time_name_the_values():
+    model = keras_vit.VisionTransformer(**TINY)
+    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 3, but received input with shape \(2, 16, 16, 1\)"):
+        model(np.zeros((2, 16, 16, 1), "float32"))
+
+
+def test_model_config_round_trips(images):
+    model = randomize_weights(keras_vit.VisionTransformer(**TINY, drop_path_rate=0.1))
+    clone = keras.Model.from_config(model.get_config())
+    assert clone.get_config() == model.get_config()
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(clone(images)), ops.convert_to_numpy(model(images)),
+        atol=1e-6,
+    )

@@ -1,0 +1,42 @@
+"""`.keras` files round-trip, in a fresh process that only imports keras_vit."""
+
+import json
+import os
+
+import keras
+import numpy as np
+
+import keras_vit
+from tests.conftest import TINY, randomize_weights, run_python
+
+
+def test_keras_file_round_trips_in_a_fresh_process(tmp_path, images):
+    model = randomize_weights(
+        keras_vit.VisionTransformer(**TINY, drop_path_rate=0.1, dropout_rate=0.1)
+    )
+    path = os.path.join(tmp_path, "vit.keras")
+    model.save(path)
+    np.save(os.path.join(tmp_path, "images.npy"), images)
+    run_python(
+        f"""
+        import os, keras, numpy as np
+        import keras_vit  # registers the layers; nothing else is needed
+        model = keras.saving.load_model({path!r})
+        images = np.load(os.path.join({str(tmp_path)!r}, "images.npy"))
+        np.save(os.path.join({str(tmp_path)!r}, "out.npy"), model.predict(images, verbose=0))
+        """
+    )
+    expected = model.predict(images, verbose=0)
+    np.testing.assert_array_equal(np.load(os.path.join(tmp_path, "out.npy")), expected)
+
+
+def test_loaded_model_keeps_its_architecture(tmp_path):
+    model = keras_vit.VisionTransformer(**TINY, layer_scale_init=1e-4, approximate_gelu=False)
+    path = os.path.join(tmp_path, "vit.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    # Equal up to JSON's tuple -> list, which Keras' own build_config undergoes.
+    assert json.dumps(loaded.get_config()) == json.dumps(model.get_config())
+    block = loaded.get_layer("encoderblock_1")
+    assert isinstance(block, keras_vit.layers.TransformerBlock)
+    assert block.layer_scale_init == 1e-4 and block.approximate_gelu is False
