@@ -31,6 +31,22 @@ def _projection_initializer(initializer, fan_in, fan_out, shape):
     return initialize
 
 
+def attention_output_spec(layer, inputs, return_attention_scores):
+    """Symbolic outputs of a layer that can also return attention scores.
+
+    Tokens keep the input's shape; scores are float32
+    `(batch, layer.num_heads, num_tokens, num_tokens)`.
+    """
+    outputs = keras.KerasTensor(inputs.shape, dtype=layer.compute_dtype)
+    if not return_attention_scores:
+        return outputs
+    batch, num_tokens = inputs.shape[0], inputs.shape[1]
+    scores = keras.KerasTensor(
+        (batch, layer.num_heads, num_tokens, num_tokens), dtype="float32"
+    )
+    return outputs, scores
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention (MSA) of ViT.
@@ -195,14 +211,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         return tuple(input_shape)
 
     def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        batch, num_tokens = inputs.shape[0], inputs.shape[1]
-        scores = keras.KerasTensor(
-            (batch, self.num_heads, num_tokens, num_tokens), dtype="float32"
-        )
-        return outputs, scores
+        return attention_output_spec(self, inputs, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

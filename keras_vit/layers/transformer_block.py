@@ -4,7 +4,10 @@ import keras
 from keras import ops
 
 from keras_vit.layers.layer_scale import LayerScale
-from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_vit.layers.multi_head_self_attention import (
+    MultiHeadSelfAttention,
+    attention_output_spec,
+)
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
 
@@ -197,14 +200,7 @@ class TransformerBlock(keras.layers.Layer):
         return tuple(input_shape)
 
     def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
-        outputs = keras.KerasTensor(inputs.shape, dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        batch, num_tokens = inputs.shape[0], inputs.shape[1]
-        scores = keras.KerasTensor(
-            (batch, self.num_heads, num_tokens, num_tokens), dtype="float32"
-        )
-        return outputs, scores
+        return attention_output_spec(self, inputs, return_attention_scores)
 
     def get_config(self):
         config = super().get_config()

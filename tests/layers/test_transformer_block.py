@@ -5,10 +5,7 @@ from keras.src import testing
 
 from keras_vit.layers import TransformerBlock
 from tests import reference
-
-
-def random_tokens(shape=(2, 5, 16), seed=0):
-    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+from tests.reference import random_tokens
 
 
 def randomize(layer, seed=0):
