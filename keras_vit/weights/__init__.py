@@ -1,18 +1,26 @@
-"""Loading weights into keras_vit models."""
+"""Loading weights into keras_vit models: Keras files and foreign checkpoints."""
 
 import os
+import re
 
-import keras
+import numpy as np
 
-# Keras' own weight files; checkpoint converters extend this.
+from keras_vit.weights.checkpoints import (
+    CHECKPOINT_SUFFIXES,
+    read_tensors,
+    to_canonical,
+)
+
 KERAS_SUFFIXES = (".weights.h5", ".keras")
+SUFFIXES = KERAS_SUFFIXES + CHECKPOINT_SUFFIXES
 
 
 def resolve(weights):
     """The local file that `weights=` names, or a clear error.
 
     Args:
-        weights: path of a weights file.
+        weights: path of a weights file (`.weights.h5`, `.keras`, `.npz`,
+            `.safetensors`, PyTorch `.bin`/`.pth`).
 
     Returns:
         The path, checked to exist and to have a known format.
@@ -26,17 +34,109 @@ def resolve(weights):
     if not os.path.isfile(path):
         raise ValueError(
             f"weights={path!r} is not an existing file. Pass None for random "
-            f"initialisation or the path of a {' or '.join(KERAS_SUFFIXES)} file."
+            f"initialisation or the path of a weights file ({', '.join(SUFFIXES)})."
         )
-    if not path.endswith(KERAS_SUFFIXES):
+    if not path.endswith(SUFFIXES):
         raise ValueError(
             f"weights={path!r} has an unknown format; expected a file ending "
-            f"in {' or '.join(KERAS_SUFFIXES)}."
+            f"in one of {', '.join(SUFFIXES)}."
         )
     return path
 
 
-def load(model, path):
-    """Loads the weights file at `path` into `model`."""
-    model.load_weights(path)
+def _num_heads(model):
+    blocks = [l for l in model.layers if l.name.startswith("encoderblock_")]
+    if not blocks:
+        raise ValueError(f"Model {model.name!r} has no 'encoderblock_*' layers.")
+    return blocks[0].num_heads
+
+
+def assign_canonical(model, tensors, source="checkpoint", resample_method="bicubic"):
+    """Assigns `{weight path: array}` to `model`, after checking all of it.
+
+    Every weight of the model must be in `tensors` with the model's shape,
+    except: the position embeddings, which are resampled to the model's
+    grid (class slot kept) when the checkpoint's grid differs; and the
+    head, which keeps its zero initialisation when the checkpoint has none
+    or one of another class count. Checkpoint weights the model has no
+    place for (`pre_logits`, `head` of a model without them) are dropped;
+    blocks beyond the model's depth are an error. Nothing is assigned
+    unless everything checks out, so a failed load leaves the model as it was.
+
+    Returns:
+        dict with the lists `"loaded"`, `"kept"` (model weights left as
+        initialised) and `"dropped"` (checkpoint weights not used).
+    """
+    from keras_vit.layers import resample_position_embeddings
+
+    weights = {w.path: w for w in model.weights}
+    depth = sum(1 for l in model.layers if l.name.startswith("encoderblock_"))
+    deeper = sorted(
+        {int(m[1]) for k in tensors if (m := re.match(r"encoderblock_(\d+)/", k))}
+        - set(range(depth))
+    )
+    if deeper:
+        raise ValueError(
+            f"{source} has {max(deeper) + 1} encoder blocks but the model has "
+            f"{depth}: build the model with num_layers={max(deeper) + 1}."
+        )
+    plan, kept = [], []
+    for path, weight in weights.items():
+        model_shape = tuple(weight.shape)
+        if path not in tensors:
+            if path.startswith("head/"):
+                kept.append(path)
+                continue
+            raise ValueError(
+                f"{source} has no weight for {path!r} (model shape {model_shape})."
+            )
+        value = tensors[path]
+        if path == "position_embedding/embeddings" and value.shape != model_shape:
+            layer = model.get_layer("position_embedding")
+            prefix = layer.num_prefix_tokens
+            if value.shape[-1] != model_shape[-1]:
+                raise ValueError(
+                    f"{path!r}: {source} has shape {value.shape}, the model "
+                    f"{model_shape} (another width)."
+                )
+            value = resample_position_embeddings(
+                value, layer.grid_size, num_prefix_tokens=prefix, method=resample_method
+            )
+        if path.startswith("head/") and value.shape != model_shape:
+            kept.append(path)  # a new head for another class count
+            continue
+        if value.shape != model_shape:
+            raise ValueError(
+                f"{path!r}: {source} has shape {tuple(value.shape)} but the model "
+                f"has {model_shape}."
+            )
+        plan.append((weight, value))
+    for weight, value in plan:
+        weight.assign(value.astype(weight.dtype))
+    return {
+        "loaded": [w.path for w, _ in plan],
+        "kept": kept,
+        "dropped": sorted(set(tensors) - set(weights)),
+    }
+
+
+def load(model, path, resample_method="bicubic"):
+    """Loads a weights file or checkpoint at `path` into `model`.
+
+    Keras files (`.weights.h5`, `.keras`) load as Keras saves them; official
+    `.npz`, Hugging Face and timm checkpoints are converted and checked
+    first (see `assign_canonical`).
+
+    Returns:
+        `model`.
+    """
+    if path.endswith(KERAS_SUFFIXES):
+        model.load_weights(path)
+        return model
+    tensors = read_tensors(path)
+    layout, canonical = to_canonical(tensors, _num_heads(model))
+    assign_canonical(
+        model, canonical, source=f"{layout} checkpoint {path!r}",
+        resample_method=resample_method,
+    )
     return model

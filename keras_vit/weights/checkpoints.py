@@ -1,0 +1,331 @@
+"""Reading ViT checkpoints of other origins into keras_vit's weight layout.
+
+Every source is converted to one canonical form: a dict from a keras_vit
+weight path (`"encoderblock_3/attention/qkv_kernel"`, as `weight.path` names
+it) to a NumPy array of that weight's shape. Three layouts are understood:
+
+- `official`: google-research/vision_transformer `.npz` files (original
+  i21k / i21k+i1k and AugReg), Flax names such as `embedding/kernel` and
+  `Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`;
+- `huggingface`: `ViTModel` / `ViTForImageClassification` / `Dinov2Model`
+  state dicts as saved on the Hub (`vit.encoder.layer.0.attention...`);
+- `timm`: `timm` VisionTransformer state dicts (`blocks.0.attn.qkv.weight`).
+
+Files are read without unpickling: `.npz` with `allow_pickle=False`,
+`.safetensors` with `safetensors`, PyTorch `.bin`/`.pth` with
+`torch.load(weights_only=True)`.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".bin", ".pth", ".pt")
+
+
+def read_tensors(path):
+    """`{name: array}` of a checkpoint file, never unpickling anything."""
+    if path.endswith(".npz"):
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                return {key: archive[key] for key in archive.files}
+        except ValueError as error:  # object arrays need pickle: refused
+            raise ValueError(f"{path!r} is not a plain array archive: {error}") from None
+    if path.endswith(".safetensors"):
+        from safetensors.numpy import load_file
+
+        return load_file(path)
+    if path.endswith((".bin", ".pth", ".pt")):
+        try:
+            import torch
+        except ImportError:
+            raise ImportError(
+                f"Reading the PyTorch file {path!r} needs torch "
+                "(`pip install keras-vit[torch]`); .safetensors files do not."
+            ) from None
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = state.get("model", state.get("state_dict", state))
+        return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "numpy")}
+    raise ValueError(
+        f"{path!r} is not a checkpoint file; expected one ending in "
+        f"{' or '.join(CHECKPOINT_SUFFIXES)}."
+    )
+
+
+def read_config(path):
+    """The Hugging Face `config.json` beside a checkpoint, or `{}`."""
+    config_path = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
+    if not os.path.isfile(config_path):
+        return {}
+    with open(config_path) as f:
+        return json.load(f)
+
+
+def detect_layout(tensors):
+    """`"official"`, `"huggingface"` or `"timm"`, from the tensor names."""
+    names = set(tensors)
+    if "embedding/kernel" in names:
+        return "official"
+    if "patch_embed.proj.weight" in names:
+        return "timm"
+    if any(n.endswith("embeddings.patch_embeddings.projection.weight") for n in names):
+        return "huggingface"
+    raise ValueError(
+        "Not a ViT checkpoint of a known layout (official .npz, Hugging Face, "
+        f"timm): none of its {len(names)} tensors is a patch embedding. "
+        f"First names: {sorted(names)[:5]}"
+    )
+
+
+def _linear(weight):
+    """PyTorch `(out, in)` Linear weight -> Keras `(in, out)` kernel."""
+    return np.ascontiguousarray(weight.T)
+
+
+def _heads(kernel, num_heads):
+    """`(D, H * hd)` -> `(D, H, hd)`."""
+    return kernel.reshape(kernel.shape[0], num_heads, -1)
+
+
+def _official(tensors, num_heads):
+    del num_heads  # the Flax kernels carry the head axis
+    out = {}
+    simple = {
+        "embedding/kernel": "patch_embedding/kernel",
+        "embedding/bias": "patch_embedding/bias",
+        "cls": "class_token/token",
+        "Transformer/posembed_input/pos_embedding": "position_embedding/embeddings",
+        "Transformer/encoder_norm/scale": "encoder_norm/gamma",
+        "Transformer/encoder_norm/bias": "encoder_norm/beta",
+        "pre_logits/kernel": "pre_logits/kernel",
+        "pre_logits/bias": "pre_logits/bias",
+        "head/kernel": "head/kernel",
+        "head/bias": "head/bias",
+    }
+    block = {
+        "LayerNorm_0/scale": "attention_norm/gamma",
+        "LayerNorm_0/bias": "attention_norm/beta",
+        "LayerNorm_2/scale": "mlp_norm/gamma",
+        "LayerNorm_2/bias": "mlp_norm/beta",
+        "MlpBlock_3/Dense_0/kernel": "mlp_dense_1/kernel",
+        "MlpBlock_3/Dense_0/bias": "mlp_dense_1/bias",
+        "MlpBlock_3/Dense_1/kernel": "mlp_dense_2/kernel",
+        "MlpBlock_3/Dense_1/bias": "mlp_dense_2/bias",
+        "MultiHeadDotProductAttention_1/out/kernel": "attention/out_kernel",
+        "MultiHeadDotProductAttention_1/out/bias": "attention/out_bias",
+    }
+    qkv = {}
+    for name, value in tensors.items():
+        if name in simple:
+            out[simple[name]] = value
+            continue
+        match = re.fullmatch(r"Transformer/encoderblock_(\d+)/(.+)", name)
+        if not match:
+            continue
+        index, rest = int(match[1]), match[2]
+        if rest in block:
+            out[f"encoderblock_{index}/{block[rest]}"] = value
+        projection = re.fullmatch(
+            r"MultiHeadDotProductAttention_1/(query|key|value)/(kernel|bias)", rest
+        )
+        if projection:
+            qkv[(index, projection[2], projection[1])] = value
+    return _stack_qkv(out, qkv)
+
+
+def _stack_qkv(out, qkv):
+    """Stacks per-projection `(D, H, hd)` kernels / `(H, hd)` biases on axis 1 / 0."""
+    for index, kind in sorted({(i, k) for i, k, _ in qkv}):
+        parts = [qkv.get((index, kind, p)) for p in ("query", "key", "value")]
+        if any(part is None for part in parts):
+            continue  # reported as a missing weight
+        if kind == "kernel":
+            out[f"encoderblock_{index}/attention/qkv_kernel"] = np.stack(parts, axis=1)
+        else:
+            out[f"encoderblock_{index}/attention/qkv_bias"] = np.stack(parts, axis=0)
+    return out
+
+
+_HF_BLOCK = {
+    # ViT names, then DINOv2's for the same weights.
+    "layernorm_before": "attention_norm",
+    "norm1": "attention_norm",
+    "layernorm_after": "mlp_norm",
+    "norm2": "mlp_norm",
+    "intermediate.dense": "mlp_dense_1",
+    "mlp.fc1": "mlp_dense_1",
+    "output.dense": "mlp_dense_2",
+    "mlp.fc2": "mlp_dense_2",
+}
+
+
+def _huggingface(tensors, num_heads):
+    out, qkv = {}, {}
+    for name, value in tensors.items():
+        name = re.sub(r"^(vit|deit|dinov2|model)\.", "", name)
+        if name == "embeddings.cls_token":
+            out["class_token/token"] = value
+        elif name == "embeddings.position_embeddings":
+            out["position_embedding/embeddings"] = value
+        elif name.startswith("embeddings.patch_embeddings.projection."):
+            if name.endswith("weight"):
+                out["patch_embedding/kernel"] = value.transpose(2, 3, 1, 0)
+            else:
+                out["patch_embedding/bias"] = value
+        elif name.startswith("layernorm."):
+            out["encoder_norm/" + ("gamma" if name.endswith("weight") else "beta")] = value
+        elif name.startswith("pooler.dense."):
+            out["pre_logits/" + ("kernel" if name.endswith("weight") else "bias")] = (
+                _linear(value) if name.endswith("weight") else value
+            )
+        elif name.startswith("classifier."):
+            out["head/" + ("kernel" if name.endswith("weight") else "bias")] = (
+                _linear(value) if name.endswith("weight") else value
+            )
+        match = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)\.(weight|bias|lambda1)", name)
+        if not match:
+            continue
+        index, module, param = int(match[1]), match[2], match[3]
+        prefix = f"encoderblock_{index}/"
+        projection = re.fullmatch(r"attention\.attention\.(query|key|value)", module)
+        if projection:
+            kind = "kernel" if param == "weight" else "bias"
+            value = _heads(_linear(value), num_heads) if kind == "kernel" else value.reshape(num_heads, -1)
+            qkv[(index, kind, projection[1])] = value
+        elif module == "attention.output.dense":
+            out[prefix + ("attention/out_kernel" if param == "weight" else "attention/out_bias")] = (
+                _linear(value).reshape(num_heads, -1, value.shape[0]) if param == "weight" else value
+            )
+        elif module in ("layer_scale1", "layer_scale2"):
+            out[prefix + ("attention_scale" if module.endswith("1") else "mlp_scale") + "/gamma"] = value
+        elif module in _HF_BLOCK:
+            target = prefix + _HF_BLOCK[module]
+            if "norm" in _HF_BLOCK[module]:
+                out[target + ("/gamma" if param == "weight" else "/beta")] = value
+            else:
+                out[target + ("/kernel" if param == "weight" else "/bias")] = (
+                    _linear(value) if param == "weight" else value
+                )
+    return _stack_qkv(out, qkv)
+
+
+def _timm(tensors, num_heads):
+    out = {}
+    simple = {
+        "cls_token": "class_token/token",
+        "pos_embed": "position_embedding/embeddings",
+        "patch_embed.proj.bias": "patch_embedding/bias",
+        "norm.weight": "encoder_norm/gamma",
+        "norm.bias": "encoder_norm/beta",
+        "head.bias": "head/bias",
+        "pre_logits.fc.bias": "pre_logits/bias",
+    }
+    for name, value in tensors.items():
+        if name in simple:
+            out[simple[name]] = value
+        elif name == "patch_embed.proj.weight":
+            out["patch_embedding/kernel"] = value.transpose(2, 3, 1, 0)
+        elif name == "head.weight":
+            out["head/kernel"] = _linear(value)
+        elif name == "pre_logits.fc.weight":
+            out["pre_logits/kernel"] = _linear(value)
+        match = re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias|gamma)", name)
+        if not match:
+            continue
+        prefix, module, param = f"encoderblock_{match[1]}/", match[2], match[3]
+        if module == "attn.qkv":
+            if param == "weight":
+                dim = value.shape[1]
+                out[prefix + "attention/qkv_kernel"] = _linear(value).reshape(dim, 3, num_heads, -1)
+            else:
+                out[prefix + "attention/qkv_bias"] = value.reshape(3, num_heads, -1)
+        elif module == "attn.proj":
+            out[prefix + ("attention/out_kernel" if param == "weight" else "attention/out_bias")] = (
+                _linear(value).reshape(num_heads, -1, value.shape[0]) if param == "weight" else value
+            )
+        elif module in ("ls1", "ls2"):
+            out[prefix + ("attention_scale" if module == "ls1" else "mlp_scale") + "/gamma"] = value
+        elif module in ("norm1", "norm2"):
+            target = "attention_norm" if module == "norm1" else "mlp_norm"
+            out[prefix + target + ("/gamma" if param == "weight" else "/beta")] = value
+        elif module in ("mlp.fc1", "mlp.fc2"):
+            target = "mlp_dense_1" if module.endswith("1") else "mlp_dense_2"
+            out[prefix + target + ("/kernel" if param == "weight" else "/bias")] = (
+                _linear(value) if param == "weight" else value
+            )
+    return out
+
+
+CONVERTERS = {"official": _official, "huggingface": _huggingface, "timm": _timm}
+
+
+def to_canonical(tensors, num_heads):
+    """Converts a checkpoint's tensors to `{keras_vit weight path: array}`.
+
+    Args:
+        tensors: `{name: array}` as read from the file.
+        num_heads: the attention heads of the target model (PyTorch layouts
+            store projections as `(D, D)` matrices without a head axis).
+
+    Returns:
+        `(layout, canonical)`.
+    """
+    layout = detect_layout(tensors)
+    canonical = CONVERTERS[layout](tensors, num_heads)
+    return layout, {k: np.asarray(v, dtype="float32") for k, v in canonical.items()}
+
+
+def to_official(model):
+    """A model's weights as `{name: array}` in the official `.npz` layout.
+
+    The inverse of the `official` reader, for writing checkpoints that the
+    original JAX code (and this package) read.
+    """
+    from keras import ops
+
+    inverse = {
+        "patch_embedding/kernel": "embedding/kernel",
+        "patch_embedding/bias": "embedding/bias",
+        "class_token/token": "cls",
+        "position_embedding/embeddings": "Transformer/posembed_input/pos_embedding",
+        "encoder_norm/gamma": "Transformer/encoder_norm/scale",
+        "encoder_norm/beta": "Transformer/encoder_norm/bias",
+        "pre_logits/kernel": "pre_logits/kernel",
+        "pre_logits/bias": "pre_logits/bias",
+        "head/kernel": "head/kernel",
+        "head/bias": "head/bias",
+    }
+    block = {
+        "attention_norm/gamma": "LayerNorm_0/scale",
+        "attention_norm/beta": "LayerNorm_0/bias",
+        "mlp_norm/gamma": "LayerNorm_2/scale",
+        "mlp_norm/beta": "LayerNorm_2/bias",
+        "mlp_dense_1/kernel": "MlpBlock_3/Dense_0/kernel",
+        "mlp_dense_1/bias": "MlpBlock_3/Dense_0/bias",
+        "mlp_dense_2/kernel": "MlpBlock_3/Dense_1/kernel",
+        "mlp_dense_2/bias": "MlpBlock_3/Dense_1/bias",
+        "attention/out_kernel": "MultiHeadDotProductAttention_1/out/kernel",
+        "attention/out_bias": "MultiHeadDotProductAttention_1/out/bias",
+    }
+    out = {}
+    for weight in model.weights:
+        value = ops.convert_to_numpy(weight).astype("float32")
+        if weight.path in inverse:
+            out[inverse[weight.path]] = value
+            continue
+        match = re.fullmatch(r"encoderblock_(\d+)/(.+)", weight.path)
+        if not match:
+            raise ValueError(f"{weight.path!r} has no place in the official layout.")
+        prefix, rest = f"Transformer/encoderblock_{match[1]}/", match[2]
+        if rest in block:
+            out[prefix + block[rest]] = value
+        elif rest in ("attention/qkv_kernel", "attention/qkv_bias"):
+            kind = "kernel" if rest.endswith("kernel") else "bias"
+            for i, projection in enumerate(("query", "key", "value")):
+                part = value[:, i] if kind == "kernel" else value[i]
+                out[f"{prefix}MultiHeadDotProductAttention_1/{projection}/{kind}"] = part
+        else:
+            raise ValueError(f"{weight.path!r} has no place in the official layout.")
+    return out

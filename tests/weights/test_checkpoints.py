@@ -1,0 +1,271 @@
+"""Checkpoints in the real formats load with parity to the reference.
+
+The reference is Hugging Face `transformers`' PyTorch ViT / DINOv2, run in a
+subprocess (it needs torch, whatever backend this suite runs on): a randomly
+initialised reference model is saved with `save_pretrained` (the Hub's
+safetensors layout), its outputs on fixed images are recorded, and keras_vit
+must reproduce them from the file.
+"""
+
+import importlib.util
+import os
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_vit
+from keras_vit.weights import assign_canonical, load
+from keras_vit.weights.checkpoints import read_tensors, to_canonical, to_official
+from tests.conftest import last_json_line, run_python
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None
+    or importlib.util.find_spec("torch") is None,
+    reason="the reference needs transformers and torch",
+)
+
+ARCH = dict(patch_size=4, hidden_dim=32, num_layers=2, num_heads=4, mlp_dim=64)
+
+REFERENCE = """
+import json, os, numpy as np, torch, transformers
+torch.manual_seed(0)
+out = {out!r}
+kind = {kind!r}
+if kind == "dinov2":
+    config = transformers.Dinov2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+        image_size=16, patch_size=4, layerscale_value=0.5)
+    model = transformers.Dinov2Model(config)
+else:
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, image_size=16, patch_size=4, num_labels=5)
+    model = (transformers.ViTForImageClassification if kind == "classifier"
+             else transformers.ViTModel)(config)
+with torch.no_grad():  # non-trivial values everywhere, incl. LN and head
+    for p in model.parameters():
+        p.add_(0.1 * torch.randn_like(p))
+model.eval()
+model.save_pretrained(out)
+rng = np.random.default_rng(0)
+result = {{}}
+for size in (16, 24):
+    x = rng.normal(size=(2, size, size, 3)).astype("float32")
+    np.save(os.path.join(out, f"images_{{size}}.npy"), x)
+    with torch.no_grad():
+        pixels = torch.from_numpy(x).permute(0, 3, 1, 2)
+        kwargs = {{"interpolate_pos_encoding": True}} if size != 16 and kind != "dinov2" else {{}}
+        o = model(pixel_values=pixels, **kwargs)
+    if kind == "classifier":
+        np.save(os.path.join(out, f"logits_{{size}}.npy"), o.logits.numpy())
+    else:
+        np.save(os.path.join(out, f"tokens_{{size}}.npy"), o.last_hidden_state.numpy())
+        np.save(os.path.join(out, f"pooled_{{size}}.npy"), o.pooler_output.numpy())
+print(json.dumps({{"eps": config.layer_norm_eps, "act": config.hidden_act}}))
+"""
+
+
+def _reference(tmp_path_factory, kind):
+    out = str(tmp_path_factory.mktemp(kind))
+    info = last_json_line(run_python(REFERENCE.format(out=out, kind=kind), backend="torch"))
+    assert info["act"] == "gelu"  # exact GELU: the model must follow the source
+    return out, info["eps"]
+
+
+@pytest.fixture(scope="module")
+def vit_model_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "model")
+
+
+@pytest.fixture(scope="module")
+def classifier_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "classifier")
+
+
+@pytest.fixture(scope="module")
+def dinov2_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "dinov2")
+
+
+def hf_model(eps, size=16, **kwargs):
+    return keras_vit.VisionTransformer(
+        **ARCH, input_shape=(size, size, 3), include_rescaling=False,
+        approximate_gelu=False, layer_norm_epsilon=eps, **kwargs,
+    )
+
+
+def max_error(model, out, size, name):
+    got = model.predict(np.load(os.path.join(out, f"images_{size}.npy")), verbose=0)
+    error = float(np.abs(got - np.load(os.path.join(out, f"{name}_{size}.npy"))).max())
+    print(f"max abs error vs reference ({name}, {size} px): {error:.2e}")
+    return error
+
+
+def test_huggingface_vit_model_safetensors_parity(tmp_path, vit_model_reference):
+    out, eps = vit_model_reference
+    path = os.path.join(out, "model.safetensors")
+    tokens = hf_model(eps, include_top=False, pooling=None, weights=path)
+    assert max_error(tokens, out, 16, "tokens") <= 1e-4
+    # HF's tanh pooler on the class token is the paper's pre_logits layer.
+    pooled = hf_model(eps, include_top=False, representation_size=32, weights=path)
+    assert max_error(pooled, out, 16, "pooled") <= 1e-4
+
+
+def test_huggingface_classifier_parity_and_new_head(tmp_path, classifier_reference):
+    out, eps = classifier_reference
+    path = os.path.join(out, "model.safetensors")
+    model = hf_model(eps, classes=5, classifier_activation=None, weights=path)
+    assert max_error(model, out, 16, "logits") <= 1e-4
+    # Another class count: the encoder loads, the new head stays at zero.
+    other = hf_model(eps, classes=7, weights=path)
+    assert not np.any(ops.convert_to_numpy(other.get_layer("head").kernel))
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(other.get_layer("encoder_norm").gamma),
+        ops.convert_to_numpy(model.get_layer("encoder_norm").gamma),
+    )
+
+
+def test_another_resolution_matches_hf_interpolate_pos_encoding(tmp_path, vit_model_reference):
+    out, eps = vit_model_reference
+    path = os.path.join(out, "model.safetensors")
+    model = hf_model(eps, size=24, include_top=False, pooling=None, weights=path)
+    assert model.get_layer("position_embedding").grid_size == (6, 6)
+    # Same bicubic (a=-0.75, half-pixel) as torch: float32 rounding only.
+    assert max_error(model, out, 24, "tokens") <= 1e-4
+
+
+def test_dinov2_layer_scale_parity(tmp_path, dinov2_reference):
+    out, eps = dinov2_reference
+    path = os.path.join(out, "model.safetensors")
+    model = hf_model(
+        eps, include_top=False, pooling=None, layer_scale_init=1.0, weights=path
+    )
+    gamma = ops.convert_to_numpy(model.get_layer("encoderblock_0").attention_scale.gamma)
+    assert not np.allclose(gamma, 1.0)  # loaded, not the initial value
+    assert max_error(model, out, 16, "tokens") <= 1e-4
+
+
+OFFICIAL_KEYS = [
+    "embedding/kernel", "embedding/bias", "cls",
+    "Transformer/posembed_input/pos_embedding",
+    "Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias",
+    "head/kernel", "head/bias",
+] + [
+    f"Transformer/encoderblock_{i}/{name}"
+    for i in range(2)
+    for name in [
+        "LayerNorm_0/scale", "LayerNorm_0/bias", "LayerNorm_2/scale", "LayerNorm_2/bias",
+        "MlpBlock_3/Dense_0/kernel", "MlpBlock_3/Dense_0/bias",
+        "MlpBlock_3/Dense_1/kernel", "MlpBlock_3/Dense_1/bias",
+        "MultiHeadDotProductAttention_1/out/kernel",
+        "MultiHeadDotProductAttention_1/out/bias",
+    ] + [
+        f"MultiHeadDotProductAttention_1/{p}/{k}"
+        for p in ("query", "key", "value") for k in ("kernel", "bias")
+    ]
+]
+
+
+def test_official_npz_layout_parity(tmp_path, classifier_reference):
+    out, eps = classifier_reference
+    model = hf_model(eps, classes=5, classifier_activation=None,
+                     weights=os.path.join(out, "model.safetensors"))
+    tensors = to_official(model)
+    assert sorted(tensors) == sorted(OFFICIAL_KEYS)
+    shapes = {
+        "embedding/kernel": (4, 4, 3, 32), "cls": (1, 1, 32),
+        "Transformer/posembed_input/pos_embedding": (1, 17, 32),
+        "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel": (32, 4, 8),
+        "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/bias": (4, 8),
+        "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/out/kernel": (4, 8, 32),
+        "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel": (32, 64),
+        "head/kernel": (32, 5),
+    }
+    for key, shape in shapes.items():
+        assert tensors[key].shape == shape, key
+    path = os.path.join(tmp_path, "ViT-tiny.npz")
+    np.savez(path, **tensors)
+    loaded = hf_model(eps, classes=5, classifier_activation=None, weights=path)
+    assert max_error(loaded, out, 16, "logits") <= 1e-4
+
+
+def test_timm_layout_parity(tmp_path, classifier_reference):
+    # timm itself needs torchvision, which has no CPU wheel here; its state
+    # dict names are written from the HF reference's tensors instead.
+    out, eps = classifier_reference
+    hf = read_tensors(os.path.join(out, "model.safetensors"))
+    timm = {
+        "cls_token": hf["vit.embeddings.cls_token"],
+        "pos_embed": hf["vit.embeddings.position_embeddings"],
+        "patch_embed.proj.weight": hf["vit.embeddings.patch_embeddings.projection.weight"],
+        "patch_embed.proj.bias": hf["vit.embeddings.patch_embeddings.projection.bias"],
+        "norm.weight": hf["vit.layernorm.weight"], "norm.bias": hf["vit.layernorm.bias"],
+        "head.weight": hf["classifier.weight"], "head.bias": hf["classifier.bias"],
+    }
+    for i in range(2):
+        layer = f"vit.encoder.layer.{i}."
+        attention = layer + "attention.attention."
+        for kind in ("weight", "bias"):
+            timm[f"blocks.{i}.attn.qkv.{kind}"] = np.concatenate(
+                [hf[attention + f"{p}.{kind}"] for p in ("query", "key", "value")]
+            )
+            timm[f"blocks.{i}.attn.proj.{kind}"] = hf[layer + f"attention.output.dense.{kind}"]
+            timm[f"blocks.{i}.norm1.{kind}"] = hf[layer + f"layernorm_before.{kind}"]
+            timm[f"blocks.{i}.norm2.{kind}"] = hf[layer + f"layernorm_after.{kind}"]
+            timm[f"blocks.{i}.mlp.fc1.{kind}"] = hf[layer + f"intermediate.dense.{kind}"]
+            timm[f"blocks.{i}.mlp.fc2.{kind}"] = hf[layer + f"output.dense.{kind}"]
+    from safetensors.numpy import save_file
+
+    path = os.path.join(tmp_path, "timm.safetensors")
+    save_file(timm, path)
+    model = hf_model(eps, classes=5, classifier_activation=None, weights=path)
+    assert max_error(model, out, 16, "logits") <= 1e-4
+
+
+def _snapshot(model):
+    return [ops.convert_to_numpy(w).copy() for w in model.weights]
+
+
+def test_bad_checkpoints_fail_clearly_and_leave_the_model_unchanged(tmp_path, vit_model_reference):
+    out, eps = vit_model_reference
+    path = os.path.join(out, "model.safetensors")
+    tensors = read_tensors(path)
+    model = hf_model(eps, include_top=False, pooling=None)
+    before = _snapshot(model)
+
+    _, canonical = to_canonical(tensors, num_heads=4)
+    missing = dict(canonical)
+    del missing["encoderblock_1/mlp_norm/gamma"]
+    with pytest.raises(ValueError, match="no weight for 'encoderblock_1/mlp_norm/gamma' \\(model shape \\(32,\\)\\)"):
+        assign_canonical(model, missing)
+
+    wider = keras_vit.VisionTransformer(
+        **{**ARCH, "hidden_dim": 48}, input_shape=(16, 16, 3), include_top=False
+    )
+    with pytest.raises(ValueError, match=r"'patch_embedding/kernel': .* shape \(4, 4, 3, 32\) but the model has \(4, 4, 3, 48\)"):
+        load(wider, path)
+
+    shallower = keras_vit.VisionTransformer(
+        **{**ARCH, "num_layers": 1}, input_shape=(16, 16, 3), include_top=False
+    )
+    with pytest.raises(ValueError, match="has 2 encoder blocks but the model has 1"):
+        load(shallower, path)
+
+    truncated = os.path.join(tmp_path, "truncated.safetensors")
+    with open(path, "rb") as f, open(truncated, "wb") as g:
+        g.write(f.read()[:1000])
+    with pytest.raises(Exception, match="(?i)safetensor|header|incomplete|invalid"):
+        load(model, truncated)
+
+    for got, expected in zip(_snapshot(model), before):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_npz_with_pickled_objects_is_refused(tmp_path):
+    path = os.path.join(tmp_path, "evil.npz")
+    np.savez(path, **{"embedding/kernel": np.array([{"x": 1}], dtype=object)})
+    model = keras_vit.VisionTransformer(**ARCH, input_shape=(16, 16, 3))
+    with pytest.raises(ValueError, match="not a plain array archive"):
+        load(model, path)
