@@ -13,5 +13,6 @@ from keras_vit.models.vision_transformer import (
     ViTS16,
     ViTS32,
     ViTTi16,
+    encoder_blocks,
     feature_extractor,
 )

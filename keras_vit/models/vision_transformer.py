@@ -229,6 +229,17 @@ def VisionTransformer(
     return model
 
 
+def encoder_blocks(model):
+    """The `encoderblock_*` layers of a ViT, in order, or a clear error."""
+    blocks = [layer for layer in model.layers if layer.name.startswith("encoderblock_")]
+    if not blocks:
+        raise ValueError(
+            f"Model {model.name!r} has no 'encoderblock_*' layers; "
+            "build it with keras_vit.VisionTransformer or a ViT* builder."
+        )
+    return blocks
+
+
 def feature_extractor(model, blocks=None):
     """A model that returns the outputs of a ViT's encoder blocks.
 
@@ -257,14 +268,7 @@ def feature_extractor(model, blocks=None):
     >>> sorted(features(keras.ops.zeros((1, 16, 16, 3))))
     ['encoder_norm', 'encoderblock_0', 'encoderblock_2']
     """
-    block_layers = [
-        layer for layer in model.layers if layer.name.startswith("encoderblock_")
-    ]
-    if not block_layers:
-        raise ValueError(
-            f"Model {model.name!r} has no 'encoderblock_*' layers; "
-            "build it with keras_vit.VisionTransformer or a ViT* builder."
-        )
+    block_layers = encoder_blocks(model)
     indices = range(len(block_layers)) if blocks is None else list(blocks)
     outputs = {}
     for index in indices:

@@ -44,13 +44,6 @@ def resolve(weights):
     return path
 
 
-def _num_heads(model):
-    blocks = [l for l in model.layers if l.name.startswith("encoderblock_")]
-    if not blocks:
-        raise ValueError(f"Model {model.name!r} has no 'encoderblock_*' layers.")
-    return blocks[0].num_heads
-
-
 def assign_canonical(model, tensors, source="checkpoint", resample_method="bicubic"):
     """Assigns `{weight path: array}` to `model`, after checking all of it.
 
@@ -68,9 +61,10 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
         initialised) and `"dropped"` (checkpoint weights not used).
     """
     from keras_vit.layers import resample_position_embeddings
+    from keras_vit.models import encoder_blocks
 
     weights = {w.path: w for w in model.weights}
-    depth = sum(1 for l in model.layers if l.name.startswith("encoderblock_"))
+    depth = len(encoder_blocks(model))
     deeper = sorted(
         {int(m[1]) for k in tensors if (m := re.match(r"encoderblock_(\d+)/", k))}
         - set(range(depth))
@@ -133,8 +127,10 @@ def load(model, path, resample_method="bicubic"):
     if path.endswith(KERAS_SUFFIXES):
         model.load_weights(path)
         return model
+    from keras_vit.models import encoder_blocks
+
     tensors = read_tensors(path)
-    layout, canonical = to_canonical(tensors, _num_heads(model))
+    layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads)
     assign_canonical(
         model, canonical, source=f"{layout} checkpoint {path!r}",
         resample_method=resample_method,

@@ -84,6 +84,26 @@ def _linear(weight):
     return np.ascontiguousarray(weight.T)
 
 
+def _norm(target, param, value):
+    """A PyTorch LayerNorm `weight`/`bias` -> `{target/gamma|beta: value}`."""
+    return {f"{target}/{'gamma' if param == 'weight' else 'beta'}": value}
+
+
+def _dense(target, param, value):
+    """A PyTorch Linear `weight`/`bias` -> `{target/kernel|bias: value}`."""
+    if param == "weight":
+        return {f"{target}/kernel": _linear(value)}
+    return {f"{target}/bias": value}
+
+
+def _out_projection(prefix, param, value, num_heads):
+    """The attention output Linear -> `(H, hd, D)` kernel / `(D,)` bias."""
+    if param == "weight":
+        kernel = _linear(value).reshape(num_heads, -1, value.shape[0])
+        return {prefix + "attention/out_kernel": kernel}
+    return {prefix + "attention/out_bias": value}
+
+
 def _heads(kernel, num_heads):
     """`(D, H * hd)` -> `(D, H, hd)`."""
     return kernel.reshape(kernel.shape[0], num_heads, -1)
@@ -175,15 +195,11 @@ def _huggingface(tensors, num_heads):
             else:
                 out["patch_embedding/bias"] = value
         elif name.startswith("layernorm."):
-            out["encoder_norm/" + ("gamma" if name.endswith("weight") else "beta")] = value
+            out.update(_norm("encoder_norm", name.rsplit(".", 1)[1], value))
         elif name.startswith("pooler.dense."):
-            out["pre_logits/" + ("kernel" if name.endswith("weight") else "bias")] = (
-                _linear(value) if name.endswith("weight") else value
-            )
+            out.update(_dense("pre_logits", name.rsplit(".", 1)[1], value))
         elif name.startswith("classifier."):
-            out["head/" + ("kernel" if name.endswith("weight") else "bias")] = (
-                _linear(value) if name.endswith("weight") else value
-            )
+            out.update(_dense("head", name.rsplit(".", 1)[1], value))
         match = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)\.(weight|bias|lambda1)", name)
         if not match:
             continue
@@ -195,19 +211,13 @@ def _huggingface(tensors, num_heads):
             value = _heads(_linear(value), num_heads) if kind == "kernel" else value.reshape(num_heads, -1)
             qkv[(index, kind, projection[1])] = value
         elif module == "attention.output.dense":
-            out[prefix + ("attention/out_kernel" if param == "weight" else "attention/out_bias")] = (
-                _linear(value).reshape(num_heads, -1, value.shape[0]) if param == "weight" else value
-            )
+            out.update(_out_projection(prefix, param, value, num_heads))
         elif module in ("layer_scale1", "layer_scale2"):
             out[prefix + ("attention_scale" if module.endswith("1") else "mlp_scale") + "/gamma"] = value
         elif module in _HF_BLOCK:
-            target = prefix + _HF_BLOCK[module]
-            if "norm" in _HF_BLOCK[module]:
-                out[target + ("/gamma" if param == "weight" else "/beta")] = value
-            else:
-                out[target + ("/kernel" if param == "weight" else "/bias")] = (
-                    _linear(value) if param == "weight" else value
-                )
+            target = _HF_BLOCK[module]
+            convert = _norm if target.endswith("norm") else _dense
+            out.update(convert(prefix + target, param, value))
     return _stack_qkv(out, qkv)
 
 
@@ -242,19 +252,15 @@ def _timm(tensors, num_heads):
             else:
                 out[prefix + "attention/qkv_bias"] = value.reshape(3, num_heads, -1)
         elif module == "attn.proj":
-            out[prefix + ("attention/out_kernel" if param == "weight" else "attention/out_bias")] = (
-                _linear(value).reshape(num_heads, -1, value.shape[0]) if param == "weight" else value
-            )
+            out.update(_out_projection(prefix, param, value, num_heads))
         elif module in ("ls1", "ls2"):
             out[prefix + ("attention_scale" if module == "ls1" else "mlp_scale") + "/gamma"] = value
         elif module in ("norm1", "norm2"):
             target = "attention_norm" if module == "norm1" else "mlp_norm"
-            out[prefix + target + ("/gamma" if param == "weight" else "/beta")] = value
+            out.update(_norm(prefix + target, param, value))
         elif module in ("mlp.fc1", "mlp.fc2"):
             target = "mlp_dense_1" if module.endswith("1") else "mlp_dense_2"
-            out[prefix + target + ("/kernel" if param == "weight" else "/bias")] = (
-                _linear(value) if param == "weight" else value
-            )
+            out.update(_dense(prefix + target, param, value))
     return out
 
 
