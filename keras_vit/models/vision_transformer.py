@@ -280,7 +280,7 @@ def feature_extractor(model, blocks=None):
         layer = block_layers[index]
         outputs[layer.name] = layer.output
     outputs["encoder_norm"] = model.get_layer("encoder_norm").output
-    return keras.Model(model.inputs, outputs, name=f"{model.name}_features")
+    return keras.Model(model.input, outputs, name=f"{model.name}_features")
 
 
 _BUILDER_DOC = """Builds ViT-{variant} ({num_layers} layers, width {hidden_dim}, \
