@@ -47,5 +47,5 @@ for name, tokens in outputs.items():
     print(f"{name}: {tuple(tokens.shape)}")
 block = model.get_layer("encoderblock_0")
 _, attention = block(outputs["encoderblock_0"], return_attention_scores=True)
-print("attention of block 1:", tuple(attention.shape),
-      "rows sum to", float(np.sum(keras.ops.convert_to_numpy(attention)[0, 0, 0])))
+row_sum = float(np.sum(keras.ops.convert_to_numpy(attention)[0, 0, 0]))
+print(f"attention of block 1: {tuple(attention.shape)} rows sum to {row_sum:.5f}")
