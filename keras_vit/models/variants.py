@@ -71,3 +71,17 @@ def parameter_count(variant, image_size=224, classes=1000, channels=3):
         + 2 * dim  # encoder norm
         + dim * classes + classes  # head
     )
+
+
+def variant_name(patch_size, hidden_dim, num_layers, num_heads, mlp_dim):
+    """The table's name of an architecture (`"B/16"`), or `None`.
+
+    Example:
+
+    >>> variant_name(16, 768, 12, 12, 3072)
+    'B/16'
+    """
+    for width, row in WIDTHS.items():
+        if row == (hidden_dim, num_layers, num_heads, mlp_dim):
+            return f"{width}/{patch_size}"
+    return None

@@ -5,10 +5,52 @@ import numpy as np
 
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import _pair
-from keras_vit.models.variants import PUBLISHED, decode_variant, parameter_count
+from keras_vit.models.variants import (
+    PUBLISHED,
+    decode_variant,
+    parameter_count,
+    variant_name,
+)
 
 POOLINGS = ("token", "gap")
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
+
+
+# Pixel statistics (in [0, 1] units) that checkpoints were trained with.
+NORMALIZATIONS = {
+    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # [-1, 1], the paper's
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # DeiT, DINO, MAE
+}
+
+
+def _pixel_rescaling(normalization, channels):
+    """`Rescaling` arguments mapping `[0, 255]` pixels to `(x/255 - mean) / std`."""
+    if isinstance(normalization, str):
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"`normalization` must be one of {tuple(NORMALIZATIONS)} or a "
+                f"(mean, std) pair. Received: normalization={normalization!r}"
+            )
+        if normalization == "inception":  # one scalar scale for any channel count
+            return {"scale": 1.0 / 127.5, "offset": -1.0}
+        normalization = NORMALIZATIONS[normalization]
+    try:
+        mean, std = (np.asarray(v, dtype="float64").reshape(-1) for v in normalization)
+    except (TypeError, ValueError):
+        raise ValueError(
+            "`normalization` must be a name or a (mean, std) pair of per-channel "
+            f"values in [0, 1] units. Received: normalization={normalization!r}"
+        ) from None
+    if len(mean) != channels or len(std) != channels or np.any(std <= 0):
+        raise ValueError(
+            f"`normalization` needs {channels} means and {channels} positive "
+            f"stds for {channels}-channel images. Received: "
+            f"normalization={normalization!r}"
+        )
+    return {
+        "scale": [float(v) for v in 1.0 / (255.0 * std)],
+        "offset": [float(v) for v in -mean / std],
+    }
 
 
 def _validate_input_shape(input_shape, input_tensor):
@@ -55,6 +97,7 @@ def VisionTransformer(
     classes=1000,
     classifier_activation="softmax",
     include_rescaling=True,
+    normalization=None,
     representation_size=None,
     class_token=True,
     position_embedding="learned",
@@ -85,8 +128,15 @@ def VisionTransformer(
         num_heads: int, the number of attention heads.
         mlp_dim: int, the hidden width of the MLPs.
         include_top: bool, whether to end with the classification head.
-        weights: `None` (random initialisation) or the path of a weights
-            file (`.weights.h5`, `.keras`) for this architecture.
+        weights: `None` (random initialisation), a checkpoint name
+            registered for this variant (e.g. `"imagenet21k"`,
+            `"augreg-imagenet21k+imagenet2012"`; downloaded once, see
+            `keras_vit.weights.registry`), or the path of a weights file:
+            Keras (`.weights.h5`, `.keras`), official `.npz`, or a Hugging
+            Face / timm `.safetensors` (or `.bin` with torch) checkpoint.
+            Checkpoints at another resolution have their position
+            embeddings resampled; a head of another class count stays
+            zero-initialised.
         input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
             the image input.
         input_shape: `(height, width, channels)`; defaults to
@@ -98,7 +148,12 @@ def VisionTransformer(
         classifier_activation: activation of the head (`"softmax"`, or
             `None` for logits).
         include_rescaling: bool, whether the model takes pixels in
-            `[0, 255]` and scales them to `[-1, 1]` itself.
+            `[0, 255]` and normalises them itself (see `normalization`).
+        normalization: how `include_rescaling` normalises pixels:
+            `"inception"` (to `[-1, 1]`, the paper's), `"imagenet"`
+            (ImageNet mean/std, as DeiT, DINO and MAE), or a `(mean, std)`
+            pair of per-channel values in `[0, 1]` units. `None`: the
+            registered checkpoint's, else `"inception"`.
         representation_size: int or `None`; when set, a `pre_logits`
             Dense + tanh layer of this width follows the pooling, as in the
             paper's pre-training head.
@@ -130,9 +185,23 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
-    # Everything is checked before any weight is created.
-    input_shape = _validate_input_shape(input_shape, input_tensor)
+    # Everything is checked before any weight is created or downloaded.
     patch_size = _pair(patch_size, "patch_size")
+    checkpoint = variant = None
+    if weights is not None:
+        from keras_vit import weights as vit_weights  # models <- weights
+
+        if patch_size[0] == patch_size[1]:
+            variant = variant_name(
+                patch_size[0], hidden_dim, num_layers, num_heads, mlp_dim
+            )
+        checkpoint = vit_weights.registered(weights, variant)
+    if checkpoint is not None and input_shape is None and input_tensor is None:
+        input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
+    if normalization is None:
+        normalization = checkpoint.normalization if checkpoint else "inception"
+    input_shape = _validate_input_shape(input_shape, input_tensor)
+    rescaling = _pixel_rescaling(normalization, input_shape[-1])
     grid_size = vit_layers.patch_grid(input_shape[:2], patch_size)
     if pooling not in POOLINGS and not (pooling is None and not include_top):
         allowed = POOLINGS if include_top else POOLINGS + (None,)
@@ -154,9 +223,7 @@ def VisionTransformer(
         )
     weights_path = None
     if weights is not None:
-        from keras_vit import weights as vit_weights  # models <- weights
-
-        weights_path = vit_weights.resolve(weights)
+        weights_path, _ = vit_weights.resolve(weights, variant)
 
     def sublayer_seed(offset):
         return None if seed is None else seed + offset
@@ -167,7 +234,7 @@ def VisionTransformer(
         images = keras.Input(shape=input_shape, name="images")
     x = images
     if include_rescaling:
-        x = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescaling")(x)
+        x = keras.layers.Rescaling(**rescaling, name="rescaling")(x)
     x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
     num_prefix_tokens = 1 if class_token else 0
     if class_token:
@@ -292,7 +359,10 @@ MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
 
     Args:
         include_top: bool, whether to end with the classification head.
-        weights: `None` or the path of a weights file for this architecture.
+        weights: `None`, a registered checkpoint name (e.g.
+            `"imagenet21k"`; see `keras_vit.weights.registry.names("{variant}")`)
+            or the path of a weights file or checkpoint (see
+            `VisionTransformer`).
         input_tensor: optional Keras tensor to use as the image input.
         input_shape: `(height, width, channels)`, multiples of the patch size;
             defaults to `(224, 224, 3)`.

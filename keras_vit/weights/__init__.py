@@ -5,8 +5,10 @@ import re
 
 import numpy as np
 
+from keras_vit.weights import registry
 from keras_vit.weights.checkpoints import (
     CHECKPOINT_SUFFIXES,
+    infer_architecture,
     read_tensors,
     to_canonical,
 )
@@ -15,33 +17,58 @@ KERAS_SUFFIXES = (".weights.h5", ".keras")
 SUFFIXES = KERAS_SUFFIXES + CHECKPOINT_SUFFIXES
 
 
-def resolve(weights):
-    """The local file that `weights=` names, or a clear error.
+def registered(weights, variant=None):
+    """The registry entry that `weights=` names, `None` for a local file.
+
+    Checks `weights` without downloading anything: an existing file of a
+    known format, or a name registered for `variant`.
 
     Args:
         weights: path of a weights file (`.weights.h5`, `.keras`, `.npz`,
-            `.safetensors`, PyTorch `.bin`/`.pth`).
+            `.safetensors`, PyTorch `.bin`/`.pth`), or a name registered for
+            `variant` (`"imagenet21k"`, `"augreg-imagenet21k+imagenet2012"`,
+            ...; see `keras_vit.weights.registry`).
+        variant: the model's variant (`"B/16"`), or `None` for an
+            architecture outside the variant table.
 
     Returns:
-        The path, checked to exist and to have a known format.
+        A `registry.Checkpoint`, or `None` for a local file.
     """
     if not isinstance(weights, (str, os.PathLike)):
         raise TypeError(
-            "`weights` must be None or the path of a weights file. "
-            f"Received: weights={weights!r}"
+            "`weights` must be None, a registered checkpoint name or the path "
+            f"of a weights file. Received: weights={weights!r}"
         )
     path = os.fspath(weights)
+    if (variant, path) in registry.CHECKPOINTS and not os.path.exists(path):
+        return registry.CHECKPOINTS[(variant, path)]
     if not os.path.isfile(path):
+        known = registry.names(variant) if variant else []
         raise ValueError(
-            f"weights={path!r} is not an existing file. Pass None for random "
-            f"initialisation or the path of a weights file ({', '.join(SUFFIXES)})."
+            f"weights={path!r} is neither an existing file nor a checkpoint "
+            f"registered for {'ViT-' + variant if variant else 'this architecture'} "
+            f"(registered: {', '.join(known) or 'none'}). Pass None for random "
+            f"initialisation, a registered name, or the path of a weights file "
+            f"({', '.join(SUFFIXES)})."
         )
     if not path.endswith(SUFFIXES):
         raise ValueError(
             f"weights={path!r} has an unknown format; expected a file ending "
             f"in one of {', '.join(SUFFIXES)}."
         )
-    return path
+    return None
+
+
+def resolve(weights, variant=None):
+    """The local path of `weights=`: the file itself, or the downloaded one.
+
+    Returns:
+        `(path, checkpoint)`, `checkpoint` the registry entry or `None`.
+    """
+    checkpoint = registered(weights, variant)
+    if checkpoint is None:
+        return os.fspath(weights), None
+    return registry.fetch(checkpoint), checkpoint
 
 
 def assign_canonical(model, tensors, source="checkpoint", resample_method="bicubic"):
@@ -131,6 +158,62 @@ def load(model, path, resample_method="bicubic"):
 
     tensors = read_tensors(path)
     layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads)
+    assign_canonical(
+        model, canonical, source=f"{layout} checkpoint {path!r}",
+        resample_method=resample_method,
+    )
+    return model
+
+
+def from_checkpoint(path, num_heads=None, resample_method="bicubic", **overrides):
+    """Builds the ViT that a checkpoint file describes, with its weights.
+
+    The architecture, GELU form, LayerNorm epsilon and pixel normalisation
+    are read from the checkpoint (see `infer_architecture`); `overrides`
+    change any `VisionTransformer` argument, e.g. `input_shape=(384, 384,
+    3)` to fine-tune at a higher resolution (position embeddings
+    resampled), `classes=10` for a new zero-initialised head,
+    `include_top=False` for features, or `representation_size=None` to drop
+    an ImageNet-21k `pre_logits` layer.
+
+    Args:
+        path: an official `.npz`, Hugging Face or timm `.safetensors` (or
+            `.bin`/`.pth` with torch) file; a `config.json` (and
+            `preprocessor_config.json`) beside it is read when present.
+        num_heads: the head count, for PyTorch-layout files that have no
+            `config.json` and a width outside the paper's table.
+        resample_method: `"bicubic"` or `"bilinear"` position resampling.
+        **overrides: `VisionTransformer` arguments.
+
+    Returns:
+        A `keras.Model`.
+
+    Example:
+
+    ```python
+    model = keras_vit.weights.from_checkpoint(
+        "ViT-B_16.npz", input_shape=(384, 384, 3), classes=10
+    )
+    ```
+    """
+    from keras_vit.models import VisionTransformer
+
+    path = os.fspath(path)
+    if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
+        raise ValueError(
+            f"path={path!r} is not an existing checkpoint file ending in one "
+            f"of {', '.join(CHECKPOINT_SUFFIXES)}."
+        )
+    tensors = read_tensors(path)
+    layout, arguments = infer_architecture(path, tensors, num_heads)
+    unknown = set(overrides) - set(VisionTransformer.__code__.co_varnames)
+    if unknown:
+        raise TypeError(
+            f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
+        )
+    arguments.update(overrides)
+    model = VisionTransformer(**arguments)
+    _, canonical = to_canonical(tensors, arguments["num_heads"])
     assign_canonical(
         model, canonical, source=f"{layout} checkpoint {path!r}",
         resample_method=resample_method,

@@ -54,15 +54,6 @@ def read_tensors(path):
     )
 
 
-def read_config(path):
-    """The Hugging Face `config.json` beside a checkpoint, or `{}`."""
-    config_path = os.path.join(os.path.dirname(os.path.abspath(path)), "config.json")
-    if not os.path.isfile(config_path):
-        return {}
-    with open(config_path) as f:
-        return json.load(f)
-
-
 def detect_layout(tensors):
     """`"official"`, `"huggingface"` or `"timm"`, from the tensor names."""
     names = set(tensors)
@@ -179,12 +170,23 @@ _HF_BLOCK = {
     "output.dense": "mlp_dense_2",
     "mlp.fc2": "mlp_dense_2",
 }
+# transformers >= 5 module names (what `torch.save(model.state_dict())`
+# writes; `save_pretrained` converts back to the Hub names above).
+_HF_MODULE_NAMES = {
+    r"^layers\.": "encoder.layer.",
+    r"\.attention\.q_proj\.": ".attention.attention.query.",
+    r"\.attention\.k_proj\.": ".attention.attention.key.",
+    r"\.attention\.v_proj\.": ".attention.attention.value.",
+    r"\.attention\.o_proj\.": ".attention.output.dense.",
+}
 
 
 def _huggingface(tensors, num_heads):
     out, qkv = {}, {}
     for name, value in tensors.items():
         name = re.sub(r"^(vit|deit|dinov2|model)\.", "", name)
+        for pattern, hub_name in _HF_MODULE_NAMES.items():
+            name = re.sub(pattern, hub_name, name)
         if name == "embeddings.cls_token":
             out["class_token/token"] = value
         elif name == "embeddings.position_embeddings":
@@ -335,3 +337,116 @@ def to_official(model):
         else:
             raise ValueError(f"{weight.path!r} has no place in the official layout.")
     return out
+
+
+def read_json_beside(path, name):
+    """A JSON file (`config.json`, ...) in the checkpoint's folder, or `{}`."""
+    json_path = os.path.join(os.path.dirname(os.path.abspath(path)), name)
+    if not os.path.isfile(json_path):
+        return {}
+    with open(json_path) as f:
+        return json.load(f)
+
+
+# Tensors of architectures that keras_vit does not build (yet): loading
+# them into a plain ViT would silently change the model's outputs.
+_UNSUPPORTED = {
+    "register_tokens": "DINOv2 register tokens",
+    "dist_token": "a DeiT distillation token",
+    "distillation_token": "a DeiT distillation token",
+}
+
+# Hugging Face model types trained on ImageNet mean/std pixels.
+_IMAGENET_MODEL_TYPES = ("deit", "dinov2", "vit_mae", "dino")
+
+
+def infer_architecture(path, tensors, num_heads=None):
+    """The `VisionTransformer` arguments that reproduce a checkpoint's model.
+
+    Shapes give the width, depth, patch size, MLP width, position grid,
+    class token, `pre_logits` and head; the head count comes from the
+    official kernels, `config.json` beside the file, `num_heads`, or the
+    paper's variant table. The GELU form, LayerNorm epsilon and pixel
+    normalisation follow the checkpoint's source: the official code uses
+    tanh GELU and eps 1e-6 on `[-1, 1]` pixels; Hugging Face its config
+    (`hidden_act`, `layer_norm_eps`) and `preprocessor_config.json`; timm
+    exact GELU, eps 1e-6 and the mean/std in its `config.json`.
+
+    Returns:
+        `(layout, arguments)`.
+    """
+    for name in tensors:
+        for marker, what in _UNSUPPORTED.items():
+            if marker in name:
+                raise ValueError(
+                    f"{path!r} is a ViT with {what} ({name!r}), which "
+                    "keras_vit does not build."
+                )
+    layout, shapes = to_canonical(tensors, num_heads=1)
+    if "patch_embedding/kernel" not in shapes:
+        raise ValueError(f"{path!r} has no patch embedding kernel.")
+    patch_h, patch_w, channels, hidden_dim = shapes["patch_embedding/kernel"].shape
+    depth = 1 + max(
+        (int(m[1]) for k in shapes if (m := re.match(r"encoderblock_(\d+)/", k))),
+        default=-1,
+    )
+    if depth == 0 or "encoderblock_0/mlp_dense_1/kernel" not in shapes:
+        raise ValueError(f"{path!r} has no encoder blocks.")
+    config = read_json_beside(path, "config.json")
+    if layout == "official":
+        num_heads = shapes["encoderblock_0/attention/qkv_kernel"].shape[2]
+    num_heads = num_heads or config.get("num_attention_heads")
+    if num_heads is None:
+        from keras_vit.models.variants import WIDTHS
+
+        by_width = {row[0]: row[2] for row in WIDTHS.values()}
+        if hidden_dim not in by_width:
+            raise ValueError(
+                f"{path!r}: the head count of a width-{hidden_dim} ViT is not "
+                "in the checkpoint, a config.json or the variant table; pass "
+                "num_heads."
+            )
+        num_heads = by_width[hidden_dim]
+    class_token = "class_token/token" in shapes
+    positions = shapes["position_embedding/embeddings"].shape[1] - int(class_token)
+    grid = int(round(positions ** 0.5))
+    if grid * grid != positions:
+        raise ValueError(
+            f"{path!r}: {positions} position embeddings are not a square grid."
+        )
+    arguments = {
+        "patch_size": (patch_h, patch_w) if patch_h != patch_w else int(patch_h),
+        "hidden_dim": int(hidden_dim),
+        "num_layers": depth,
+        "num_heads": int(num_heads),
+        "mlp_dim": int(shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]),
+        "input_shape": (grid * patch_h, grid * patch_w, int(channels)),
+        "class_token": class_token,
+        "pooling": "token" if class_token else "gap",
+        "include_top": "head/kernel" in shapes,
+        "representation_size": (
+            int(shapes["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in shapes else None
+        ),
+        "layer_scale_init": 1.0 if "encoderblock_0/attention_scale/gamma" in shapes else None,
+        "approximate_gelu": True,
+        "layer_norm_epsilon": 1e-6,
+        "normalization": "inception",
+    }
+    if arguments["include_top"]:
+        arguments["classes"] = int(shapes["head/kernel"].shape[1])
+    if layout == "huggingface":
+        arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
+            "gelu_new", "gelu_pytorch_tanh", "gelu_fast"
+        )
+        arguments["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-12))
+        preprocessor = read_json_beside(path, "preprocessor_config.json")
+        if "image_mean" in preprocessor:
+            arguments["normalization"] = (preprocessor["image_mean"], preprocessor["image_std"])
+        elif config.get("model_type") in _IMAGENET_MODEL_TYPES:
+            arguments["normalization"] = "imagenet"
+    elif layout == "timm":
+        arguments["approximate_gelu"] = False
+        pretrained = config.get("pretrained_cfg", {})
+        if "mean" in pretrained:
+            arguments["normalization"] = (pretrained["mean"], pretrained["std"])
+    return layout, arguments

@@ -106,6 +106,37 @@ def test_rescaling_maps_pixels_to_minus_one_one(images):
     )
 
 
+@pytest.mark.parametrize(
+    "normalization, mean, std",
+    [
+        ("imagenet", [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]),
+        (([0.1, 0.2, 0.3], [0.5, 0.4, 0.3]), [0.1, 0.2, 0.3], [0.5, 0.4, 0.3]),
+    ],
+)
+def test_normalization_maps_pixels_to_the_checkpoints_statistics(images, normalization, mean, std):
+    model = randomize_weights(keras_vit.VisionTransformer(**TINY, normalization=normalization))
+    without = keras_vit.VisionTransformer(**TINY, include_rescaling=False)
+    without.set_weights(model.get_weights())
+    expected = (images / 255.0 - np.array(mean)) / np.array(std)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(model(images)),
+        ops.convert_to_numpy(without(expected.astype("float32"))),
+        atol=1e-5,
+    )
+    rebuilt = keras.Model.from_config(model.get_config())
+    np.testing.assert_allclose(
+        np.asarray(rebuilt.get_layer("rescaling").scale),
+        np.asarray(model.get_layer("rescaling").scale),
+    )
+
+
+def test_bad_normalization_names_the_value():
+    with pytest.raises(ValueError, match="normalization='clip'"):
+        keras_vit.VisionTransformer(**TINY, normalization="clip")
+    with pytest.raises(ValueError, match="needs 1 means and 1 positive stds"):
+        keras_vit.VisionTransformer(**{**TINY, "input_shape": (16, 16, 1)}, normalization="imagenet")
+
+
 def test_drop_path_rises_linearly_with_depth():
     model = keras_vit.VisionTransformer(**{**TINY, "num_layers": 5}, drop_path_rate=0.2)
     rates = [model.get_layer(f"encoderblock_{i}").drop_path_rate for i in range(5)]
@@ -145,7 +176,7 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
         ({"input_shape": (224, 224)}, r"input_shape=\(224, 224\)"),
         ({"input_shape": (224, 224, 0)}, r"input_shape=\(224, 224, 0\)"),
         ({"weights": "no/such/file.weights.h5"}, "no/such/file.weights.h5"),
-        ({"weights": "imagenet"}, "weights='imagenet'"),
+        ({"weights": "imagenet"}, "weights='imagenet'.*registered for ViT-B/16"),
         ({"pooling": "max"}, "pooling='max'"),
         ({"pooling": None}, "pooling=None"),
         ({"classes": 0}, "classes=0"),

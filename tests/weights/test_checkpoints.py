@@ -16,7 +16,7 @@ import pytest
 from keras import ops
 
 import keras_vit
-from keras_vit.weights import assign_canonical, load
+from keras_vit.weights import assign_canonical, from_checkpoint, load
 from keras_vit.weights.checkpoints import read_tensors, to_canonical, to_official
 from tests.conftest import last_json_line, run_python
 
@@ -38,6 +38,11 @@ if kind == "dinov2":
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
         image_size=16, patch_size=4, layerscale_value=0.5)
     model = transformers.Dinov2Model(config)
+elif kind == "mae":  # mask_ratio 0 and ordered noise: every patch, in order
+    config = transformers.ViTMAEConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, image_size=16, patch_size=4, mask_ratio=0.0)
+    model = transformers.ViTMAEModel(config)
 else:
     config = transformers.ViTConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -49,20 +54,31 @@ with torch.no_grad():  # non-trivial values everywhere, incl. LN and head
         p.add_(0.1 * torch.randn_like(p))
 model.eval()
 model.save_pretrained(out)
+if kind == "model":
+    # The same weights as the Hub's pickled pytorch_model.bin (Hub names),
+    # and as `torch.save(model.state_dict())` (transformers 5 module names).
+    from safetensors.torch import load_file
+    os.makedirs(os.path.join(out, "bin"))
+    torch.save(load_file(os.path.join(out, "model.safetensors")),
+               os.path.join(out, "bin", "pytorch_model.bin"))
+    torch.save(model.state_dict(), os.path.join(out, "bin", "state_dict.pth"))
 rng = np.random.default_rng(0)
 result = {{}}
-for size in (16, 24):
+for size in ((16,) if kind == "mae" else (16, 24)):
     x = rng.normal(size=(2, size, size, 3)).astype("float32")
     np.save(os.path.join(out, f"images_{{size}}.npy"), x)
     with torch.no_grad():
         pixels = torch.from_numpy(x).permute(0, 3, 1, 2)
         kwargs = {{"interpolate_pos_encoding": True}} if size != 16 and kind != "dinov2" else {{}}
+        if kind == "mae":
+            kwargs = {{"noise": torch.arange(16.0).repeat(2, 1)}}
         o = model(pixel_values=pixels, **kwargs)
     if kind == "classifier":
         np.save(os.path.join(out, f"logits_{{size}}.npy"), o.logits.numpy())
     else:
         np.save(os.path.join(out, f"tokens_{{size}}.npy"), o.last_hidden_state.numpy())
-        np.save(os.path.join(out, f"pooled_{{size}}.npy"), o.pooler_output.numpy())
+        if kind != "mae":
+            np.save(os.path.join(out, f"pooled_{{size}}.npy"), o.pooler_output.numpy())
 print(json.dumps({{"eps": config.layer_norm_eps, "act": config.hidden_act}}))
 """
 
@@ -87,6 +103,11 @@ def classifier_reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dinov2_reference(tmp_path_factory):
     return _reference(tmp_path_factory, "dinov2")
+
+
+@pytest.fixture(scope="module")
+def mae_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "mae")
 
 
 def hf_model(eps, size=16, **kwargs):
@@ -147,6 +168,80 @@ def test_dinov2_layer_scale_parity(tmp_path, dinov2_reference):
     assert max_error(model, out, 16, "tokens") <= 1e-4
 
 
+@pytest.mark.parametrize("file", ["pytorch_model.bin", "state_dict.pth"])
+def test_pytorch_state_dict_parity(vit_model_reference, file):
+    out, eps = vit_model_reference
+    path = os.path.join(out, "bin", file)
+    tokens = hf_model(eps, include_top=False, pooling=None, weights=path)
+    assert max_error(tokens, out, 16, "tokens") <= 1e-4
+
+
+def test_mae_encoder_parity(mae_reference):
+    out, eps = mae_reference
+    path = os.path.join(out, "model.safetensors")
+    model = from_checkpoint(path, include_rescaling=False, pooling=None)
+    assert model.output_shape == (None, 17, 32)  # every token, as the MAE encoder
+    assert max_error(model, out, 16, "tokens") <= 1e-4
+
+
+def test_from_checkpoint_follows_the_source(vit_model_reference, classifier_reference, dinov2_reference):
+    out, eps = classifier_reference
+    model = from_checkpoint(
+        os.path.join(out, "model.safetensors"), include_rescaling=False,
+        classifier_activation=None,
+    )
+    block = model.get_layer("encoderblock_0")
+    assert (block.approximate_gelu, block.layer_norm_epsilon) == (False, eps)
+    assert model.input_shape == (None, 16, 16, 3)
+    assert max_error(model, out, 16, "logits") <= 1e-4
+    # A ViTModel file: no head, and the HF pooler is the pre_logits layer.
+    out, eps = vit_model_reference
+    model = from_checkpoint(os.path.join(out, "model.safetensors"), include_rescaling=False)
+    assert max_error(model, out, 16, "pooled") <= 1e-4
+    model = from_checkpoint(
+        os.path.join(out, "model.safetensors"), include_rescaling=False,
+        input_shape=(24, 24, 3), pooling=None, representation_size=None,
+    )
+    assert max_error(model, out, 24, "tokens") <= 1e-4
+    # DINOv2: LayerScale and ImageNet mean/std pixels, from the source.
+    out, eps = dinov2_reference
+    model = from_checkpoint(os.path.join(out, "model.safetensors"), pooling=None)
+    assert model.get_layer("encoderblock_0").layer_scale_init is not None
+    scale = np.asarray(model.get_layer("rescaling").scale)
+    np.testing.assert_allclose(scale, 1 / (255 * np.array([0.229, 0.224, 0.225])))
+    plain = from_checkpoint(
+        os.path.join(out, "model.safetensors"), pooling=None, include_rescaling=False
+    )
+    assert max_error(plain, out, 16, "tokens") <= 1e-4
+
+
+def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):
+    from keras_vit.cli import main
+
+    out, eps = classifier_reference
+    source = os.path.join(out, "model.safetensors")
+    destination = str(tmp_path / "vit.keras")
+    assert main(["convert", source, destination]) == 0
+    model = keras.models.load_model(destination)
+    # The converted model takes [0, 255] pixels and normalises to [-1, 1].
+    images = np.load(os.path.join(out, "images_16.npy"))
+    pixels = (images + 1.0) * 127.5
+    got = model.predict(pixels, verbose=0)
+    expected = np.load(os.path.join(out, "logits_16.npy"))
+    np.testing.assert_allclose(
+        np.log(got), expected - np.log(np.exp(expected).sum(-1, keepdims=True)), atol=1e-4
+    )
+    with pytest.raises(SystemExit, match="exists; pass --overwrite"):
+        main(["convert", source, destination])
+    assert main(["convert", source, destination, "--overwrite", "--image-size", "24", "--classes", "3"]) == 0
+    model = keras.models.load_model(destination)
+    assert (model.input_shape, model.output_shape) == ((None, 24, 24, 3), (None, 3))
+    with pytest.raises(SystemExit, match="must end in .keras"):
+        main(["convert", source, str(tmp_path / "vit.h5")])
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["convert", str(tmp_path / "missing.npz"), str(tmp_path / "x.keras")])
+
+
 OFFICIAL_KEYS = [
     "embedding/kernel", "embedding/bias", "cls",
     "Transformer/posembed_input/pos_embedding",
@@ -189,6 +284,16 @@ def test_official_npz_layout_parity(tmp_path, classifier_reference):
     np.savez(path, **tensors)
     loaded = hf_model(eps, classes=5, classifier_activation=None, weights=path)
     assert max_error(loaded, out, 16, "logits") <= 1e-4
+    # Built from the file alone: the official code's tanh GELU and eps 1e-6.
+    inferred = from_checkpoint(path, classifier_activation=None)
+    block = inferred.get_layer("encoderblock_0")
+    assert (block.approximate_gelu, block.layer_norm_epsilon, block.num_heads) == (True, 1e-6, 4)
+    assert inferred.output_shape == (None, 5)
+    exact = from_checkpoint(
+        path, classifier_activation=None, include_rescaling=False,
+        approximate_gelu=False, layer_norm_epsilon=eps,
+    )
+    assert max_error(exact, out, 16, "logits") <= 1e-4
 
 
 def test_timm_layout_parity(tmp_path, classifier_reference):
