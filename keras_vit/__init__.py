@@ -1,6 +1,6 @@
 """keras_vit: the Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch)."""
 
-from keras_vit import layers, models
+from keras_vit import layers, models, weights
 from keras_vit.models import (
     VisionTransformer,
     ViTB8,
@@ -15,5 +15,6 @@ from keras_vit.models import (
     decode_variant,
     feature_extractor,
 )
+from keras_vit.weights import from_checkpoint
 
 __version__ = "0.1.0"
