@@ -112,6 +112,109 @@ def _convert(args):
     return 0
 
 
+def _fail(command, error):
+    raise SystemExit(f"keras-vit {command}: {error}")
+
+
+def _train(args):
+    """Trains a ViT (defaults: the small ViT on Fashion-MNIST) and saves the run."""
+    from keras_vit.training import train
+
+    try:
+        result = train(
+            args.dataset, model=args.model, image_size=args.image_size,
+            patch_size=args.patch_size, epochs=args.epochs, batch_size=args.batch_size,
+            recipe=args.recipe, augmentation=args.augmentation,
+            output_dir=args.output_dir, seed=args.seed, data_dir=args.data_dir,
+            overwrite=args.overwrite, verbose=2,
+        )
+    except (ValueError, RuntimeError) as error:
+        _fail("train", error)
+    metrics, paths = result["metrics"], result["paths"]
+    if "test_accuracy" in metrics:
+        print(f"test accuracy: {metrics['test_accuracy']:.4f} "
+              f"(loss {metrics['test_loss']:.4f})")
+    print(f"trained in {metrics['fit_seconds']:.0f} s, {metrics['total_seconds']:.0f} s in all")
+    for name, path in paths.items():
+        print(f"  {name:<20} {path}")
+    return 0
+
+
+def _load_run_model(path):
+    import json
+
+    import keras
+
+    if not os.path.isfile(path):
+        raise ValueError(f"no such model file: {path!r}")
+    model = keras.models.load_model(path)
+    names_path = os.path.join(os.path.dirname(os.path.abspath(path)), "class_names.json")
+    class_names = None
+    if os.path.isfile(names_path):
+        with open(names_path) as f:
+            class_names = json.load(f)
+    return model, class_names
+
+
+def _evaluate(args):
+    """Evaluates a saved model on a dataset split."""
+    from keras_vit import data as vit_data
+
+    try:
+        model, _ = _load_run_model(args.model)
+        height, width, channels = model.input_shape[1:]
+        tfds_options = {"data_dir": args.data_dir} if args.data_dir else {}
+        test = vit_data.load(
+            args.dataset, args.split, image_size=(height, width), channels=channels,
+            batch_size=args.batch_size, **tfds_options,
+        )
+    except (ValueError, RuntimeError) as error:
+        _fail("evaluate", error)
+    import keras
+
+    model.compile(
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+    )
+    loss, accuracy = model.evaluate(test.data, verbose=0)
+    print(f"{args.dataset} {args.split}: accuracy {accuracy:.4f}, loss {loss:.4f} "
+          f"({test.size} images)")
+    return 0
+
+
+def _predict(args):
+    """Top-k classes of image files."""
+    import numpy as np
+    import tensorflow as tf
+
+    try:
+        model, class_names = _load_run_model(args.model)
+        missing = [p for p in args.images if not os.path.isfile(p)]
+        if missing:
+            raise ValueError(f"no such image file(s): {missing}")
+    except ValueError as error:
+        _fail("predict", error)
+    height, width, channels = model.input_shape[1:]
+    batch = []
+    for path in args.images:
+        try:
+            image = tf.io.decode_image(
+                tf.io.read_file(path), channels=channels, expand_animations=False
+            )
+        except tf.errors.InvalidArgumentError:
+            _fail("predict", f"{path!r} is not a JPEG/PNG/GIF/BMP image")
+        batch.append(tf.image.resize(tf.cast(image, tf.float32), (height, width)))
+    logits = np.asarray(model.predict(tf.stack(batch), verbose=0), "float64")
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    for path, row in zip(args.images, probabilities):
+        print(path)
+        for index in np.argsort(row)[::-1][: args.top_k]:
+            name = class_names[index] if class_names else str(index)
+            print(f"  {name:<16} {row[index]:.3f}")
+    return 0
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit",
@@ -156,6 +259,53 @@ def build_parser():
     )
     convert.add_argument("--overwrite", action="store_true", help="replace DST")
     convert.set_defaults(run=_convert)
+
+    train = commands.add_parser(
+        "train",
+        help="train a ViT (default: a small ViT on Fashion-MNIST), evaluate, save",
+        description=(
+            "Trains a ViT with model.fit on a tf.data pipeline, evaluates it on "
+            "the test split, and saves model.keras, class_names.json, "
+            "history.csv, learning_curves.png and metrics.json in OUTPUT_DIR. "
+            "Interrupted? Run the same command again: it resumes from the last "
+            "finished epoch."
+        ),
+    )
+    train.add_argument("--dataset", default="fashion_mnist",
+                       help="'fashion_mnist', an image folder, or a TFDS name")
+    train.add_argument("--model", default="small",
+                       help="'small' or a variant of the paper, e.g. Ti/16, S/16")
+    train.add_argument("--image-size", type=int, default=None)
+    train.add_argument("--patch-size", type=int, default=None)
+    train.add_argument("--epochs", type=int, default=8)
+    train.add_argument("--batch-size", type=int, default=512)
+    train.add_argument("--recipe", default="small", help="small | pretrain | finetune")
+    train.add_argument("--augmentation", default="none",
+                       help="none | light | medium | strong")
+    train.add_argument("--output-dir", default="keras_vit_run")
+    train.add_argument("--data-dir", default=None, help="TFDS data folder")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace a finished run in OUTPUT_DIR")
+    train.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
+                       help="Keras backend (default: KERAS_BACKEND or tensorflow)")
+    train.set_defaults(run=_train)
+
+    evaluate = commands.add_parser("evaluate", help="evaluate a saved model")
+    evaluate.add_argument("--model", default="keras_vit_run/model.keras")
+    evaluate.add_argument("--dataset", default="fashion_mnist")
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--batch-size", type=int, default=500)
+    evaluate.add_argument("--data-dir", default=None)
+    evaluate.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    evaluate.set_defaults(run=_evaluate)
+
+    predict = commands.add_parser("predict", help="top-k classes of image files")
+    predict.add_argument("images", metavar="IMAGE", nargs="+")
+    predict.add_argument("--model", default="keras_vit_run/model.keras")
+    predict.add_argument("--top-k", type=int, default=3)
+    predict.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    predict.set_defaults(run=_predict)
     return parser
 
 
@@ -166,6 +316,14 @@ def main(argv=None):
         parser.print_help()
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    backend = getattr(args, "backend", None)
+    if backend:
+        if "keras" in sys.modules and sys.modules["keras"].backend.backend() != backend:
+            raise SystemExit(
+                f"keras-vit: Keras is already loaded with another backend; set "
+                f"KERAS_BACKEND={backend} instead of --backend."
+            )
+        os.environ["KERAS_BACKEND"] = backend
     return args.run(args)
 
 

@@ -1,3 +1,14 @@
-"""Data for keras_vit: the Fashion-MNIST files the package's demo uses."""
+"""Data for keras_vit: tf.data pipelines (arrays, folders, TFDS, Fashion-MNIST)."""
 
+from keras_vit.data import augmentation
 from keras_vit.data.fashion_mnist import CLASS_NAMES, load_fashion_mnist, read_idx
+from keras_vit.data.pipelines import (
+    Dataset,
+    fashion_mnist,
+    from_arrays,
+    from_folder,
+    from_tfds,
+    list_image_folder,
+    load,
+    make_pipeline,
+)

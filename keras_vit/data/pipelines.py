@@ -1,0 +1,432 @@
+"""`tf.data` pipelines that feed `model.fit` on every backend.
+
+Every source (in-memory arrays, an image folder, a TFDS dataset, the
+Debian Fashion-MNIST files) ends in the same `make_pipeline`: images as
+float32 `[0, 255]` pixels of the model's size and channels (the models
+normalise pixels themselves), one-hot float labels (so label smoothing,
+MixUp and CutMix apply), batched, optionally cached, prefetched, and
+shuffled and augmented deterministically from `seed`.
+"""
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+# The first bytes of the formats `tf.io.decode_image` reads.
+_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+
+logger = logging.getLogger("keras_vit")
+
+
+@dataclasses.dataclass
+class Dataset:
+    """A pipeline and what a model and its user need to know about it.
+
+    Attributes:
+        data: the `tf.data.Dataset` of `(images, one_hot_labels)` batches.
+        class_names: tuple of class names, index = label.
+        size: number of examples (before batching), or `None` if unknown.
+    """
+
+    data: object
+    class_names: tuple
+    size: int = None
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+
+def _check_size(image_size):
+    if isinstance(image_size, int):
+        image_size = (image_size, image_size)
+    if (
+        not isinstance(image_size, (tuple, list))
+        or len(image_size) != 2
+        or not all(isinstance(s, int) and s > 0 for s in image_size)
+    ):
+        raise ValueError(
+            "`image_size` must be a positive int or (height, width). "
+            f"Received: image_size={image_size!r}"
+        )
+    return tuple(image_size)
+
+
+def _random_resized_crop(image, image_size, scale, ratio, seed):
+    """Inception-style crop: a random area/aspect box, resized to `image_size`."""
+    import tensorflow as tf
+
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image),
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=seed,
+        area_range=scale,
+        aspect_ratio_range=ratio,
+        min_object_covered=0.0,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    image = tf.slice(image, begin, size)
+    return tf.image.resize(image, image_size, method="bilinear")
+
+
+def _center_crop(image, image_size, crop_fraction):
+    """Resizes so the crop is `crop_fraction` of the shorter side, then crops."""
+    import tensorflow as tf
+
+    if crop_fraction >= 1.0:
+        if tuple(image.shape[:2]) == tuple(image_size):
+            return image
+        return tf.image.resize(image, image_size, method="bilinear")
+    height, width = image_size
+    resize_to = (
+        int(round(height / crop_fraction)),
+        int(round(width / crop_fraction)),
+    )
+    image = tf.image.resize(image, resize_to, method="bilinear")
+    top, left = (resize_to[0] - height) // 2, (resize_to[1] - width) // 2
+    return image[top : top + height, left : left + width]
+
+
+def make_pipeline(
+    dataset,
+    num_classes,
+    *,
+    image_size,
+    channels=3,
+    training=False,
+    batch_size=128,
+    seed=0,
+    shuffle_buffer=None,
+    crop_scale=(0.08, 1.0),
+    crop_fraction=1.0,
+    flip=True,
+    augmentation=None,
+    cache=False,
+    drop_remainder=None,
+):
+    """Turns `(image, label)` examples into model-ready batches.
+
+    Training batches: shuffled, random-resized crop (Inception style:
+    `crop_scale` of the area, aspect 3/4 to 4/3) and horizontal flip, then
+    batch-level `augmentation` (see `keras_vit.data.augmentation`).
+    Evaluation batches: resized (and centre-cropped to `crop_fraction` of
+    the image), in order. Grayscale images become RGB when `channels=3`.
+
+    Args:
+        dataset: `tf.data.Dataset` of `(image, integer label)`, images
+            uint8 or float `(H, W, C)` in `[0, 255]`.
+        num_classes: int, for the one-hot labels.
+        image_size: int or `(height, width)` of the model's input.
+        channels: 1 or 3, the model's input channels.
+        training: bool, whether to shuffle and augment.
+        batch_size: int.
+        seed: int; the same seed gives the same batches.
+        shuffle_buffer: int or `None` (the whole dataset, if small enough).
+        crop_scale: `(min, max)` area fraction of the random crop, or
+            `None` for no crop (resize only).
+        crop_fraction: float in `(0, 1]`, the evaluation centre crop.
+        flip: bool, random horizontal flips in training.
+        augmentation: `None` or a callable on `(images, labels)` batches.
+        cache: bool, cache the decoded examples in memory.
+        drop_remainder: bool; defaults to `training`.
+
+    Returns:
+        `tf.data.Dataset` of `(float32 images (B, H, W, channels),
+        float32 one-hot labels (B, num_classes))`.
+    """
+    import tensorflow as tf
+
+    image_size = _check_size(image_size)
+    if channels not in (1, 3):
+        raise ValueError(f"`channels` must be 1 or 3. Received: channels={channels!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}"
+        )
+    if not 0.0 < crop_fraction <= 1.0:
+        raise ValueError(
+            f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
+        )
+
+    def standardise(image, label):
+        image = tf.cast(image, tf.float32)
+        if image.shape.rank == 2:
+            image = image[..., None]
+        have = image.shape[-1]
+        if have not in (1, 3, 4):
+            raise ValueError(
+                f"Images must have 1, 3 or 4 channels (static). Received shape {image.shape}."
+            )
+        if channels == 3:
+            image = tf.image.grayscale_to_rgb(image) if have == 1 else image[..., :3]
+        elif have != 1:
+            image = tf.image.rgb_to_grayscale(image[..., :3])
+        return image, tf.one_hot(tf.cast(label, tf.int32), num_classes)
+
+    def train_view(index, example):
+        image, label = example
+        crop_seed = tf.stack([tf.cast(seed, tf.int64), index])
+        image = _random_resized_crop(image, image_size, crop_scale, (3 / 4, 4 / 3), crop_seed)
+        return image, label
+
+    def resize(image, label):
+        if tuple(image.shape[:2]) == image_size:  # nothing to do: skip the op
+            return image, label
+        return tf.image.resize(image, image_size, method="bilinear"), label
+
+    def eval_view(image, label):
+        return _center_crop(image, image_size, crop_fraction), label
+
+    def flip_batch(index, batch):
+        # One vectorised flip decision per image, seeded by the batch index.
+        images, labels = batch
+        flips = tf.random.stateless_uniform(
+            [tf.shape(images)[0], 1, 1, 1], tf.stack([tf.cast(seed, tf.int64), index])
+        ) < 0.5
+        return tf.where(flips, tf.reverse(images, axis=[2]), images), labels
+
+    data = dataset.map(standardise, num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+        data = data.cache()
+    if training:
+        buffer = shuffle_buffer or 60_000
+        data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        if crop_scale is not None:
+            # Each example's crop seed comes from its position in the epoch
+            # stream, so a given seed replays the same augmented batches.
+            data = tf.data.Dataset.zip(tf.data.Dataset.counter(), data).map(
+                train_view, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            )
+        else:
+            data = data.map(resize, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        data = data.map(eval_view, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    data = data.batch(
+        batch_size, drop_remainder=training if drop_remainder is None else drop_remainder
+    )
+    if training and flip:
+        data = tf.data.Dataset.zip(tf.data.Dataset.counter(), data).map(
+            flip_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+    if training and augmentation is not None:
+        data = data.map(augmentation, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    options = tf.data.Options()
+    options.deterministic = True
+    # On a 2-core machine autotuning steals cycles from training.
+    options.autotune.enabled = False
+    return data.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def from_arrays(images, labels, class_names=None, **kwargs):
+    """A pipeline over in-memory arrays.
+
+    Args:
+        images: array `(N, H, W)` or `(N, H, W, C)` of `[0, 255]` pixels.
+        labels: int array `(N,)`.
+        class_names: sequence of names; defaults to `"0"`, `"1"`, ...
+        **kwargs: `make_pipeline` arguments (`image_size`, `training`, ...).
+
+    Returns:
+        A `Dataset`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> ds = from_arrays(np.zeros((10, 28, 28), "uint8"), np.arange(10) % 2,
+    ...                  image_size=32, batch_size=4)
+    >>> images, labels = next(iter(ds.data))
+    >>> tuple(images.shape), tuple(labels.shape)
+    ((4, 32, 32, 3), (4, 2))
+    """
+    import tensorflow as tf
+
+    images, labels = np.asarray(images), np.asarray(labels)
+    if images.ndim not in (3, 4) or len(images) != len(labels) or len(images) == 0:
+        raise ValueError(
+            "`images` must be a non-empty (N, H, W[, C]) array with one label "
+            f"per image. Received: images of shape {images.shape}, labels of "
+            f"shape {labels.shape}"
+        )
+    if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+        raise ValueError("`labels` must be non-negative integers.")
+    num_classes = int(labels.max()) + 1
+    if class_names is None:
+        class_names = tuple(str(i) for i in range(num_classes))
+    if len(class_names) < num_classes:
+        raise ValueError(
+            f"{len(class_names)} class names for labels up to {num_classes - 1}."
+        )
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels))
+    data = make_pipeline(dataset, len(class_names), shuffle_buffer=len(images), **kwargs)
+    return Dataset(data, tuple(class_names), len(images))
+
+
+def fashion_mnist(split="train", **kwargs):
+    """Fashion-MNIST (Debian's files, else a download) as a pipeline.
+
+    Example:
+
+    ```python
+    train = keras_vit.data.fashion_mnist("train", image_size=28, channels=1,
+                                         training=True)
+    model.fit(train.data, epochs=10)
+    ```
+    """
+    from keras_vit.data.fashion_mnist import CLASS_NAMES, load_fashion_mnist
+
+    images, labels = load_fashion_mnist(split)
+    return from_arrays(images, labels, CLASS_NAMES, **kwargs)
+
+
+def _is_image(path):
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return False
+    return any(head.startswith(magic) for magic in _MAGIC)
+
+
+def list_image_folder(directory):
+    """`(paths, labels, class_names, skipped)` of a one-folder-per-class tree.
+
+    Files that are not JPEG/PNG/GIF/BMP images (by their first bytes, not
+    their names) are skipped and counted, never passed to the decoder.
+    """
+    if not isinstance(directory, (str, os.PathLike)) or not os.path.isdir(directory):
+        raise ValueError(
+            f"`directory` must be an existing folder with one sub-folder per "
+            f"class. Received: directory={directory!r}"
+        )
+    class_names = sorted(
+        d for d in os.listdir(directory)
+        if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
+    )
+    if not class_names:
+        raise ValueError(
+            f"{directory!r} has no class sub-folders; expected "
+            f"{directory}/<class name>/<image files>."
+        )
+    paths, labels, skipped = [], [], 0
+    for label, name in enumerate(class_names):
+        folder = os.path.join(directory, name)
+        for root, _, files in sorted(os.walk(folder)):
+            for file in sorted(files):
+                path = os.path.join(root, file)
+                if file.startswith("."):
+                    continue
+                if _is_image(path):
+                    paths.append(path)
+                    labels.append(label)
+                else:
+                    skipped += 1
+    if not paths:
+        raise ValueError(
+            f"{directory!r} has {len(class_names)} class folders but no images "
+            f"(JPEG, PNG, GIF or BMP); {skipped} other files were skipped."
+        )
+    return paths, np.asarray(labels, "int64"), tuple(class_names), skipped
+
+
+def from_folder(directory, **kwargs):
+    """A pipeline over an image folder: `directory/<class name>/<image>`.
+
+    Class names are the sorted sub-folder names. Non-image files are
+    skipped with one warning that counts them; images that fail to decode
+    (truncated, corrupt) are dropped by the pipeline with a warning instead
+    of stopping an epoch.
+
+    Args:
+        directory: the folder.
+        **kwargs: `make_pipeline` arguments.
+
+    Returns:
+        A `Dataset`.
+    """
+    import tensorflow as tf
+
+    paths, labels, class_names, skipped = list_image_folder(directory)
+    if skipped:
+        logger.warning(
+            "%s: skipped %d file(s) that are not JPEG/PNG/GIF/BMP images.",
+            directory, skipped,
+        )
+
+    def decode(path, label):
+        image = tf.io.decode_image(
+            tf.io.read_file(path), channels=3, expand_animations=False
+        )
+        return image, label
+
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((paths, labels))
+        .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .ignore_errors(log_warning=True)
+    )
+    data = make_pipeline(dataset, len(class_names), shuffle_buffer=len(paths), **kwargs)
+    return Dataset(data, class_names, len(paths))
+
+
+def from_tfds(name, split="train", data_dir=None, download=True, **kwargs):
+    """A pipeline over a TensorFlow Datasets dataset, by name.
+
+    Args:
+        name: TFDS name, e.g. `"cifar10"`, `"oxford_flowers102"`.
+        split: TFDS split, e.g. `"train"`, `"test[:10%]"`.
+        data_dir: where TFDS keeps its data (default `~/tensorflow_datasets`).
+        download: whether TFDS may download and prepare the data.
+        **kwargs: `make_pipeline` arguments.
+
+    Raises:
+        ValueError: unknown dataset name.
+        RuntimeError: the data is not prepared and cannot be downloaded,
+            saying how to prepare it.
+    """
+    import tensorflow_datasets as tfds
+
+    if name not in tfds.list_builders():
+        raise ValueError(
+            f"Unknown TFDS dataset {name!r}; see `tfds.list_builders()` (or "
+            "pass an image folder or 'fashion_mnist')."
+        )
+    try:
+        dataset, info = tfds.load(
+            name, split=split, data_dir=data_dir, download=download,
+            as_supervised=True, with_info=True,
+        )
+    except Exception as error:
+        raise RuntimeError(
+            f"TFDS dataset {name!r} ({split}) is not prepared in "
+            f"{data_dir or '~/tensorflow_datasets'} and could not be downloaded "
+            f"({type(error).__name__}: {str(error)[:200]}). Prepare it on a "
+            f"machine with internet access (`tfds build {name}`) and copy the "
+            "data directory here, then pass it as `data_dir`."
+        ) from error
+    class_names = tuple(info.features["label"].names)
+    size = info.splits[split].num_examples if split in info.splits else None
+    data = make_pipeline(dataset, len(class_names), shuffle_buffer=10_000, **kwargs)
+    return Dataset(data, class_names, size)
+
+
+def load(source, split="train", **kwargs):
+    """A pipeline from a source name: `"fashion_mnist"`, a folder, or TFDS.
+
+    A path to an existing folder is read with `from_folder` (`split` picks
+    `source/<split>` when such a sub-folder exists); `"fashion_mnist"`
+    reads Debian's files; any other name goes to `from_tfds`.
+    """
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"`source` must be a str. Received: source={source!r}")
+    source = os.fspath(source)
+    if source == "fashion_mnist":
+        return fashion_mnist(split, **kwargs)
+    if os.path.isdir(source):
+        split_folder = os.path.join(source, split)
+        return from_folder(split_folder if os.path.isdir(split_folder) else source, **kwargs)
+    if os.sep in source or source.startswith("."):
+        raise ValueError(f"Dataset folder {source!r} does not exist.")
+    return from_tfds(source, split, **kwargs)

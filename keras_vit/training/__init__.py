@@ -1,0 +1,12 @@
+"""Training: the paper's recipes and the `keras-vit train` job."""
+
+from keras_vit.training.loop import SMALL_MODEL, model_arguments, plot_history, train
+from keras_vit.training.recipes import (
+    RECIPES,
+    Recipe,
+    WarmupDecay,
+    finetuning_optimizer,
+    get_recipe,
+    no_weight_decay_variables,
+    pretraining_optimizer,
+)

@@ -1,0 +1,242 @@
+"""The `keras-vit train` job: data, model, recipe, fit with resume, outputs.
+
+A run writes into its output folder: `model.keras` (the final model),
+`class_names.json`, `history.csv`, `learning_curves.png`, `metrics.json`,
+and while it runs `backup/` (Keras `BackupAndRestore`: the model and
+optimizer state at the end of the last finished epoch). Starting the same
+command again after an interruption continues from there.
+"""
+
+import json
+import os
+import shutil
+import time
+
+# The default model of `keras-vit train`: a small ViT for 28x28 images.
+SMALL_MODEL = dict(
+    patch_size=4, hidden_dim=64, num_layers=4, num_heads=4, mlp_dim=128,
+    class_token=False, pooling="gap",
+)
+
+OUTPUT_FILES = ("model.keras", "class_names.json", "history.csv",
+                "learning_curves.png", "metrics.json")
+
+
+def model_arguments(model, patch_size=None):
+    """`VisionTransformer` architecture arguments for a model name.
+
+    Args:
+        model: `"small"` (the default of `keras-vit train`) or a variant
+            of the paper's table (`"Ti/16"`, `"S/16"`, ...).
+        patch_size: int or `None`, overrides the patch size.
+    """
+    from keras_vit.models import decode_variant
+
+    if model == "small":
+        arguments = dict(SMALL_MODEL)
+    else:
+        arguments = dict(decode_variant(model), pooling="token", class_token=True)
+    if patch_size is not None:
+        arguments["patch_size"] = patch_size
+    return arguments
+
+
+def check_output_dir(output_dir, overwrite):
+    """Refuses to replace a finished run unless `overwrite`; `True` if resuming."""
+    backup = os.path.join(output_dir, "backup")
+    if os.path.isdir(backup):
+        return True
+    finished = os.path.isfile(os.path.join(output_dir, "model.keras"))
+    if finished and not overwrite:
+        raise ValueError(
+            f"{output_dir!r} already holds a finished run (model.keras); pass "
+            "another output folder, or overwrite=True (--overwrite) to replace it."
+        )
+    if finished:
+        for name in OUTPUT_FILES:
+            path = os.path.join(output_dir, name)
+            if os.path.exists(path):
+                os.remove(path)
+    return False
+
+
+def plot_history(csv_path, png_path):
+    """Plots loss and accuracy per epoch from a `history.csv`."""
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return None
+    epochs = [int(r["epoch"]) + 1 for r in rows]
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for axis, metric in zip(axes, ("loss", "accuracy")):
+        for prefix, label in (("", "train"), ("val_", "test")):
+            if prefix + metric in rows[0]:
+                axis.plot(epochs, [float(r[prefix + metric]) for r in rows], "o-", label=label)
+        axis.set_xlabel("epoch")
+        axis.set_title(metric)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(png_path, dpi=100)
+    plt.close(figure)
+    return png_path
+
+
+def train(
+    dataset="fashion_mnist",
+    *,
+    model="small",
+    image_size=None,
+    patch_size=None,
+    epochs=8,
+    batch_size=512,
+    recipe="small",
+    augmentation="none",
+    output_dir="keras_vit_run",
+    seed=0,
+    data_dir=None,
+    overwrite=False,
+    verbose=2,
+    log=print,
+):
+    """Trains a ViT on a dataset and writes the run's outputs.
+
+    Args:
+        dataset: `"fashion_mnist"`, an image folder (with `train/` and
+            `test/` sub-folders, or one folder used for training only), or a
+            TFDS name.
+        model: `"small"` or a variant name (`"Ti/16"`, ...).
+        image_size: int; defaults to the data's (28 for Fashion-MNIST) for
+            `"small"`, 224 for variants.
+        patch_size: int, overrides the model's patch size.
+        epochs, batch_size, seed: training length, batch, determinism.
+        recipe: a name in `keras_vit.training.RECIPES` or a `Recipe`.
+        augmentation: a preset in `keras_vit.data.augmentation.PRESETS`.
+        output_dir: folder for the outputs (and the resume backup).
+        data_dir: TFDS data folder.
+        overwrite: replace a finished run in `output_dir`.
+        verbose: Keras progress verbosity.
+        log: function that prints a line.
+
+    Returns:
+        dict of the test metrics, timings and output paths.
+    """
+    import keras
+
+    import keras_vit
+    from keras_vit import data as vit_data
+    from keras_vit.data.augmentation import batch_augmentation, get_config
+    from keras_vit.training.recipes import get_recipe
+
+    start = time.perf_counter()
+    # Every argument is checked before any data is read or model built.
+    recipe = get_recipe(recipe)
+    get_config(augmentation)
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+    arguments = model_arguments(model, patch_size)
+    if image_size is None:
+        image_size = 28 if model == "small" else 224
+    patch = arguments["patch_size"]
+    if not isinstance(image_size, int) or image_size < 1 or image_size % patch:
+        raise ValueError(
+            f"image_size {image_size!r} is not a positive multiple of the patch "
+            f"size {patch}."
+        )
+    if dataset != "fashion_mnist" and not os.path.isdir(str(dataset)):
+        if os.sep in str(dataset) or str(dataset).startswith("."):
+            raise ValueError(f"Dataset folder {dataset!r} does not exist.")
+        import tensorflow_datasets as tfds
+
+        if dataset not in tfds.list_builders():
+            raise ValueError(
+                f"Unknown dataset {dataset!r}: not 'fashion_mnist', not a folder, "
+                "and not a TFDS name (see `tfds.list_builders()`)."
+            )
+    os.makedirs(output_dir, exist_ok=True)
+    resuming = check_output_dir(output_dir, overwrite)
+
+    keras.utils.set_random_seed(seed)
+    channels = 1 if (dataset == "fashion_mnist" and model == "small") else 3
+    common = dict(image_size=image_size, channels=channels, batch_size=batch_size, seed=seed)
+    if data_dir is not None:
+        common["data_dir"] = data_dir
+    small_images = dataset == "fashion_mnist"
+    train_data = vit_data.load(
+        dataset, "train", training=True,
+        crop_scale=None if small_images else (0.08, 1.0),
+        flip=True,
+        augmentation=batch_augmentation(augmentation, seed),
+        **common,
+    )
+    try:
+        test_data = vit_data.load(dataset, "test", **common)
+    except (ValueError, RuntimeError):
+        test_data = None  # a folder without a test split
+    log(
+        f"data: {dataset} ({train_data.size or '?'} training images, "
+        f"{train_data.num_classes} classes) at {image_size}x{image_size}x{channels}"
+    )
+    network = keras_vit.VisionTransformer(
+        **arguments,
+        input_shape=(image_size, image_size, channels),
+        classes=train_data.num_classes,
+        classifier_activation=None,
+        dropout_rate=recipe.dropout_rate,
+        drop_path_rate=recipe.drop_path_rate,
+        seed=seed,
+        name="vit",
+    )
+    log(f"model: {model} ViT, {network.count_params():,} parameters; recipe: {recipe}")
+    steps_per_epoch = (train_data.size or 0) // batch_size or None
+    if steps_per_epoch is None:
+        raise ValueError(f"Dataset {dataset!r} has fewer than batch_size={batch_size} images.")
+    recipe.compile(network, total_steps=steps_per_epoch * epochs)
+
+    history_csv = os.path.join(output_dir, "history.csv")
+    if not resuming and os.path.exists(history_csv):
+        os.remove(history_csv)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
+        keras.callbacks.CSVLogger(history_csv, append=True),
+    ]
+    if resuming:
+        log(f"resuming from {os.path.join(output_dir, 'backup')}")
+    fit_start = time.perf_counter()
+    network.fit(
+        train_data.data,
+        epochs=epochs,
+        validation_data=test_data.data if test_data is not None else None,
+        callbacks=callbacks,
+        verbose=verbose,
+        shuffle=False,  # the pipeline shuffles
+    )
+    fit_seconds = time.perf_counter() - fit_start
+    metrics = {}
+    if test_data is not None:
+        loss, accuracy = network.evaluate(test_data.data, verbose=0)
+        metrics = {"test_loss": float(loss), "test_accuracy": float(accuracy)}
+    paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
+    network.save(paths["model.keras"])
+    with open(paths["class_names.json"], "w") as f:
+        json.dump(list(train_data.class_names), f)
+    plot_history(history_csv, paths["learning_curves.png"])
+    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
+    metrics.update(
+        backend=keras.backend.backend(),
+        parameters=network.count_params(),
+        epochs=epochs,
+        fit_seconds=round(fit_seconds, 1),
+        total_seconds=round(time.perf_counter() - start, 1),
+    )
+    with open(paths["metrics.json"], "w") as f:
+        json.dump(metrics, f, indent=2)
+    return {"metrics": metrics, "paths": paths}

@@ -1,0 +1,238 @@
+"""The paper's training settings as code: schedules, optimizers, recipes.
+
+Pre-training (paper §4.1, Appendix B.1): Adam with β1 0.9, β2 0.999, a
+decoupled weight decay of 0.1 that skips biases, LayerNorm, position
+embeddings and the class token, linear warm-up then linear (or cosine)
+decay, global-norm clipping at 1.0, dropout 0.1. Fine-tuning (Appendix
+B.1.1): SGD with momentum 0.9, no weight decay, cosine decay after a
+warm-up, clipping at 1.0, a new zero-initialised head, optionally at a
+higher resolution.
+"""
+
+import dataclasses
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 to `peak_learning_rate`, then cosine or linear decay.
+
+    Args:
+        peak_learning_rate: float, the rate reached at `warmup_steps`.
+        total_steps: int, the step at which the decay ends.
+        warmup_steps: int, steps of linear warm-up.
+        decay: `"cosine"` or `"linear"`.
+        end_learning_rate: float, the rate at `total_steps` and after.
+
+    Example:
+
+    >>> schedule = WarmupDecay(1e-3, total_steps=100, warmup_steps=10)
+    >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 55, 100)]
+    [0.0, 0.0005, 0.001, 0.0005, 0.0]
+    """
+
+    def __init__(
+        self,
+        peak_learning_rate,
+        total_steps,
+        warmup_steps=0,
+        decay="cosine",
+        end_learning_rate=0.0,
+    ):
+        if decay not in ("cosine", "linear"):
+            raise ValueError(
+                f"`decay` must be 'cosine' or 'linear'. Received: decay={decay!r}"
+            )
+        if not isinstance(total_steps, int) or total_steps < 1:
+            raise ValueError(
+                f"`total_steps` must be a positive int. Received: total_steps={total_steps!r}"
+            )
+        if not isinstance(warmup_steps, int) or not 0 <= warmup_steps <= total_steps:
+            raise ValueError(
+                f"`warmup_steps` must be an int in [0, total_steps={total_steps}]. "
+                f"Received: warmup_steps={warmup_steps!r}"
+            )
+        self.peak_learning_rate = float(peak_learning_rate)
+        self.total_steps = total_steps
+        self.warmup_steps = warmup_steps
+        self.decay = decay
+        self.end_learning_rate = float(end_learning_rate)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        peak, end = self.peak_learning_rate, self.end_learning_rate
+        warmup = step / max(self.warmup_steps, 1) * peak
+        progress = ops.clip(
+            (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1),
+            0.0,
+            1.0,
+        )
+        if self.decay == "cosine":
+            shape = 0.5 * (1.0 + ops.cos(math.pi * progress))
+        else:
+            shape = 1.0 - progress
+        return ops.where(step < self.warmup_steps, warmup, end + (peak - end) * shape)
+
+    def get_config(self):
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "decay": self.decay,
+            "end_learning_rate": self.end_learning_rate,
+        }
+
+
+# Weight-path parts that the paper's weight decay skips: every bias, the
+# LayerNorms, the position embeddings and the class token.
+_NO_DECAY_LAYERS = ("norm", "position_embedding", "class_token")
+
+
+def no_weight_decay_variables(model):
+    """The variables of a keras_vit model that weight decay must skip.
+
+    Biases (`bias`, `qkv_bias`, `out_bias`), LayerNorm scales and offsets,
+    the position embeddings and the class token.
+    """
+    skipped = []
+    for variable in model.trainable_variables:
+        parts = variable.path.split("/")
+        if parts[-1].endswith("bias") or any(
+            marker in part for part in parts[:-1] for marker in _NO_DECAY_LAYERS
+        ):
+            skipped.append(variable)
+    return skipped
+
+
+def pretraining_optimizer(
+    model,
+    schedule,
+    weight_decay=0.1,
+    beta_1=0.9,
+    beta_2=0.999,
+    clipnorm=1.0,
+    gradient_accumulation_steps=None,
+):
+    """The paper's pre-training optimizer: AdamW, decay skipping what it must.
+
+    Args:
+        model: the model to train (its variables decide what is decayed).
+        schedule: a learning rate or schedule (e.g. `WarmupDecay`).
+        weight_decay: float, decoupled weight decay.
+        beta_1, beta_2: Adam's moment decays.
+        clipnorm: float or `None`, global-norm gradient clipping.
+        gradient_accumulation_steps: int or `None`: apply the update every
+            this many batches, for a larger effective batch.
+    """
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=schedule,
+        weight_decay=weight_decay,
+        beta_1=beta_1,
+        beta_2=beta_2,
+        global_clipnorm=clipnorm,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+    )
+    optimizer.exclude_from_weight_decay(var_list=no_weight_decay_variables(model))
+    return optimizer
+
+
+def finetuning_optimizer(schedule, momentum=0.9, clipnorm=1.0, gradient_accumulation_steps=None):
+    """The paper's fine-tuning optimizer: SGD with momentum, no weight decay."""
+    return keras.optimizers.SGD(
+        learning_rate=schedule,
+        momentum=momentum,
+        global_clipnorm=clipnorm,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A training recipe: optimizer, schedule and regularisation settings.
+
+    Attributes:
+        optimizer: `"adamw"` (pre-training) or `"sgd"` (fine-tuning).
+        learning_rate: peak learning rate.
+        weight_decay: AdamW's decoupled weight decay.
+        warmup_fraction: fraction of the steps spent warming up.
+        decay: `"cosine"` or `"linear"`.
+        clipnorm: global gradient-norm clip.
+        label_smoothing: float.
+        dropout_rate: dropout of the model (applied when it is built).
+        drop_path_rate: stochastic depth of the model.
+        beta_2: Adam's second-moment decay.
+    """
+
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.1
+    warmup_fraction: float = 0.1
+    decay: str = "linear"
+    clipnorm: float = 1.0
+    label_smoothing: float = 0.0
+    dropout_rate: float = 0.1
+    drop_path_rate: float = 0.0
+    beta_2: float = 0.999
+
+    def make_optimizer(self, model, total_steps, gradient_accumulation_steps=None):
+        """The optimizer for `total_steps` optimizer updates of `model`."""
+        schedule = WarmupDecay(
+            self.learning_rate,
+            total_steps,
+            warmup_steps=int(round(self.warmup_fraction * total_steps)),
+            decay=self.decay,
+        )
+        if self.optimizer == "sgd":
+            return finetuning_optimizer(
+                schedule, clipnorm=self.clipnorm,
+                gradient_accumulation_steps=gradient_accumulation_steps,
+            )
+        return pretraining_optimizer(
+            model, schedule, weight_decay=self.weight_decay, beta_2=self.beta_2,
+            clipnorm=self.clipnorm,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+        )
+
+    def compile(self, model, total_steps, gradient_accumulation_steps=None, **kwargs):
+        """Compiles `model` (logits out, one-hot labels in) for this recipe."""
+        model.compile(
+            optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
+            loss=keras.losses.CategoricalCrossentropy(
+                from_logits=True, label_smoothing=self.label_smoothing
+            ),
+            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+            **kwargs,
+        )
+        return model
+
+
+RECIPES = {
+    # The paper's ImageNet pre-training (Appendix B.1).
+    "pretrain": Recipe(),
+    # The paper's fine-tuning (Appendix B.1.1); the rate is its sweep's middle.
+    "finetune": Recipe(
+        optimizer="sgd", learning_rate=0.01, weight_decay=0.0, warmup_fraction=0.05,
+        decay="cosine", dropout_rate=0.0,
+    ),
+    # From scratch on a small dataset in a few epochs (the `keras-vit train`
+    # default): a higher rate, lighter decay, cosine, no dropout.
+    "small": Recipe(
+        learning_rate=3e-3, weight_decay=0.05, warmup_fraction=0.1, decay="cosine",
+        dropout_rate=0.0,
+    ),
+}
+
+
+def get_recipe(recipe):
+    """A `Recipe` from a name in `RECIPES` or a `Recipe`."""
+    if isinstance(recipe, Recipe):
+        return recipe
+    if recipe not in RECIPES:
+        raise ValueError(
+            f"`recipe` must be one of {tuple(RECIPES)} or a Recipe. "
+            f"Received: recipe={recipe!r}"
+        )
+    return RECIPES[recipe]

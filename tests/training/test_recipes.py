@@ -1,0 +1,75 @@
+"""The paper's recipes: schedules, decoupled weight decay, optimizers."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_vit
+from keras_vit.training import (
+    RECIPES,
+    WarmupDecay,
+    get_recipe,
+    no_weight_decay_variables,
+    pretraining_optimizer,
+)
+from tests.conftest import TINY
+
+
+@pytest.mark.parametrize(
+    "decay, expected",
+    [
+        ("cosine", {0: 0.0, 25: 0.5, 50: 1.0, 75: 0.5, 100: 0.0, 150: 0.0}),
+        ("linear", {0: 0.0, 25: 0.5, 50: 1.0, 75: 0.5, 100: 0.0, 150: 0.0}),
+    ],
+)
+def test_schedules_hit_their_values_at_the_stated_steps(decay, expected):
+    schedule = WarmupDecay(1.0, total_steps=100, warmup_steps=50, decay=decay)
+    for step, value in expected.items():
+        assert float(ops.convert_to_numpy(schedule(step))) == pytest.approx(value, abs=1e-6)
+    # Cosine and linear differ between the ends.
+    assert float(schedule(60)) == pytest.approx(
+        0.5 * (1 + np.cos(np.pi * 0.2)) if decay == "cosine" else 0.8, abs=1e-6
+    )
+    assert WarmupDecay.from_config(schedule.get_config()).get_config() == schedule.get_config()
+
+
+def test_bad_schedule_arguments_name_the_value():
+    with pytest.raises(ValueError, match="decay='step'"):
+        WarmupDecay(1.0, 10, decay="step")
+    with pytest.raises(ValueError, match="warmup_steps=20"):
+        WarmupDecay(1.0, 10, warmup_steps=20)
+    with pytest.raises(ValueError, match="recipe='adam'"):
+        get_recipe("adam")
+
+
+def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token():
+    model = keras_vit.VisionTransformer(**TINY)
+    skipped = {v.path for v in no_weight_decay_variables(model)}
+    assert "position_embedding/embeddings" in skipped
+    assert "class_token/token" in skipped
+    assert "encoder_norm/gamma" in skipped and "encoderblock_0/attention_norm/beta" in skipped
+    assert "encoderblock_1/attention/qkv_bias" in skipped and "head/bias" in skipped
+    assert "encoderblock_0/mlp_dense_1/kernel" not in skipped
+    assert "patch_embedding/kernel" not in skipped and "head/kernel" not in skipped
+    # With zero gradients Adam's step is zero: only the decay moves weights.
+    model.set_weights([np.ones(w.shape, "float32") for w in model.get_weights()])
+    optimizer = pretraining_optimizer(model, 0.1, weight_decay=0.5)
+    variables = model.trainable_variables
+    optimizer.apply_gradients([(ops.zeros_like(v), v) for v in variables])
+    for variable in variables:
+        value = ops.convert_to_numpy(variable)
+        expected = 1.0 if variable.path in skipped else 1.0 - 0.1 * 0.5
+        np.testing.assert_allclose(value, expected, rtol=1e-6, err_msg=variable.path)
+
+
+def test_recipes_compile_and_train(images):
+    labels = np.eye(5, dtype="float32")[np.arange(4) % 5]
+    for name in ("pretrain", "finetune", "small"):
+        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        RECIPES[name].compile(model, total_steps=4, gradient_accumulation_steps=2)
+        before = model.get_layer("head").get_weights()[0].copy()
+        model.fit(images, labels, batch_size=2, epochs=2, verbose=0)
+        assert model.optimizer.iterations.numpy() == 2  # 4 batches, accumulated by 2
+        assert not np.allclose(model.get_layer("head").get_weights()[0], before)
+    assert isinstance(RECIPES["finetune"].make_optimizer(model, 10), keras.optimizers.SGD)

@@ -1,0 +1,133 @@
+"""`keras-vit train / evaluate / predict`: outputs, resume after a kill, bad input."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_vit.cli import main
+from tests.conftest import BACKEND
+
+
+def write_dataset(root, per_class=48):
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for label, name in enumerate(("dark", "light")):
+            folder = root / split / name
+            os.makedirs(folder)
+            for i in range(per_class if split == "train" else 8):
+                base = 40 if label == 0 else 200
+                image = np.clip(base + rng.normal(0, 20, (16, 16, 3)), 0, 255).astype("uint8")
+                (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
+    return str(root)
+
+
+def command(data, out, epochs):
+    return [
+        "train", "--dataset", data, "--image-size", "16", "--epochs", str(epochs),
+        "--batch-size", "8", "--output-dir", out,
+    ]
+
+
+def history_epochs(out):
+    with open(os.path.join(out, "history.csv")) as f:
+        return [int(row["epoch"]) for row in csv.DictReader(f)]
+
+
+def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
+    data = write_dataset(tmp_path / "data")
+    out = str(tmp_path / "run")
+    assert main(command(data, out, 2)) == 0
+    printed = capsys.readouterr().out
+    assert "test accuracy:" in printed and "learning_curves.png" in printed
+    for name in ("model.keras", "class_names.json", "history.csv",
+                 "learning_curves.png", "metrics.json"):
+        assert os.path.isfile(os.path.join(out, name)), name
+    assert not os.path.exists(os.path.join(out, "backup"))
+    with open(os.path.join(out, "learning_curves.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["epochs"] == 2 and 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert history_epochs(out) == [0, 1]
+
+    model = os.path.join(out, "model.keras")
+    assert main(["evaluate", "--model", model, "--dataset", data]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    image = os.path.join(data, "test", "light", "0.png")
+    assert main(["predict", image, "--model", model, "--top-k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == image and {l.split()[0] for l in lines[1:]} == {"dark", "light"}
+
+    # A finished run is not replaced by accident.
+    with pytest.raises(SystemExit, match="already holds a finished run"):
+        main(command(data, out, 2))
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--dataset", "no_such_dataset_xyz"], "Unknown dataset 'no_such_dataset_xyz'"),
+        (["--dataset", "/no/such/folder"], "does not exist"),
+        (["--image-size", "30"], "image_size 30 is not a positive multiple of the patch size 4"),
+        (["--recipe", "fast"], "recipe='fast'"),
+        (["--augmentation", "huge"], "augmentation='huge'"),
+        (["--epochs", "0"], "epochs=0"),
+    ],
+)
+def test_bad_arguments_fail_fast(tmp_path, arguments, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["train", "--output-dir", str(tmp_path / "run")] + arguments)
+
+
+def test_empty_folder_fails_fast(tmp_path):
+    os.makedirs(tmp_path / "data" / "train" / "a")
+    with pytest.raises(SystemExit, match="no images"):
+        main(command(str(tmp_path / "data"), str(tmp_path / "run"), 1))
+
+
+def test_predict_rejects_files_that_are_not_images(tmp_path):
+    data = write_dataset(tmp_path / "data", per_class=8)
+    out = str(tmp_path / "run")
+    main(command(data, out, 1))
+    bad = tmp_path / "bad.png"
+    bad.write_text("hello")
+    with pytest.raises(SystemExit, match="is not a JPEG/PNG/GIF/BMP image"):
+        main(["predict", str(bad), "--model", os.path.join(out, "model.keras")])
+
+
+def test_a_killed_run_resumes_where_it_was(tmp_path):
+    data = write_dataset(tmp_path / "data", per_class=200)
+    out = str(tmp_path / "run")
+    args = [sys.executable, "-m", "keras_vit.cli"] + command(data, out, 6)
+    env = dict(os.environ, KERAS_BACKEND=BACKEND, TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    history = os.path.join(out, "history.csv")
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if os.path.isfile(history) and len(history_epochs(out)) >= 2:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)  # mid-epoch: no clean-up at all
+    process.wait()
+    done_before = history_epochs(out)
+    assert 2 <= len(done_before) < 6
+    assert os.path.isdir(os.path.join(out, "backup"))
+
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "resuming from" in result.stdout
+    # Every epoch exactly once, the finished ones not redone.
+    assert history_epochs(out) == list(range(6))
+    assert json.load(open(os.path.join(out, "metrics.json")))["epochs"] == 6
+    import keras
+
+    model = keras.models.load_model(os.path.join(out, "model.keras"))
+    assert model.output_shape == (None, 2)
