@@ -101,8 +101,10 @@ def _convert(args):
         model = from_checkpoint(args.source, num_heads=args.num_heads, **overrides)
     except (ValueError, TypeError) as error:
         raise SystemExit(f"keras-vit convert: {error}") from None
+    from keras_vit.models import encoder_blocks
+
     model.save(args.destination, overwrite=True)
-    blocks = [layer for layer in model.layers if layer.name.startswith("encoderblock_")]
+    blocks = encoder_blocks(model)
     print(
         f"{args.source} -> {args.destination}: {len(blocks)} blocks, width "
         f"{blocks[0].input.shape[-1]}, {blocks[0].num_heads} heads, input "
@@ -277,8 +279,8 @@ def build_parser():
                        help="'small' or a variant of the paper, e.g. Ti/16, S/16")
     train.add_argument("--image-size", type=int, default=None)
     train.add_argument("--patch-size", type=int, default=None)
-    train.add_argument("--epochs", type=int, default=8)
-    train.add_argument("--batch-size", type=int, default=512)
+    train.add_argument("--epochs", type=int, default=5)
+    train.add_argument("--batch-size", type=int, default=256)
     train.add_argument("--recipe", default="small", help="small | pretrain | finetune")
     train.add_argument("--augmentation", default="none",
                        help="none | light | medium | strong")

@@ -220,7 +220,7 @@ RECIPES = {
     # From scratch on a small dataset in a few epochs (the `keras-vit train`
     # default): a higher rate, lighter decay, cosine, no dropout.
     "small": Recipe(
-        learning_rate=3e-3, weight_decay=0.05, warmup_fraction=0.1, decay="cosine",
+        learning_rate=2e-3, weight_decay=0.05, warmup_fraction=0.1, decay="cosine",
         dropout_rate=0.0,
     ),
 }

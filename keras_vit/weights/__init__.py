@@ -1,5 +1,6 @@
 """Loading weights into keras_vit models: Keras files and foreign checkpoints."""
 
+import inspect
 import os
 import re
 
@@ -206,7 +207,7 @@ def from_checkpoint(path, num_heads=None, resample_method="bicubic", **overrides
         )
     tensors = read_tensors(path)
     layout, arguments = infer_architecture(path, tensors, num_heads)
-    unknown = set(overrides) - set(VisionTransformer.__code__.co_varnames)
+    unknown = set(overrides) - set(inspect.signature(VisionTransformer).parameters)
     if unknown:
         raise TypeError(
             f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
