@@ -9,6 +9,7 @@ from keras_vit.layers.position_embedding import (
     resample_position_embeddings,
     sincos_2d_position_embeddings,
 )
+from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.stochastic_depth import StochasticDepth
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_block import TransformerBlock
@@ -19,6 +20,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RegisterTokens",
     "StochasticDepth",
     "TokenPooling",
     "TransformerBlock",

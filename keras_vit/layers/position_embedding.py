@@ -9,7 +9,7 @@ from keras import ops
 from keras_vit.layers.patch_embedding import _pair
 
 POSITION_EMBEDDING_KINDS = ("learned", "sincos2d")
-RESAMPLE_METHODS = ("bicubic", "bilinear")
+RESAMPLE_METHODS = ("bicubic", "bicubic_antialias", "bilinear")
 
 
 def sincos_2d_position_embeddings(grid_size, hidden_dim, num_prefix_tokens=1):
@@ -50,23 +50,48 @@ def sincos_2d_position_embeddings(grid_size, hidden_dim, num_prefix_tokens=1):
     return np.concatenate([prefix, table])[None].astype("float32")
 
 
+def _keys_kernel(distance, a):
+    """Keys' cubic convolution kernel at `distance` (any sign)."""
+    d = np.abs(distance)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
 def _cubic_weights(t, a=-0.75):
-    """Keys' cubic convolution weights of the 4 taps around a sample point.
+    """The 4 cubic taps around a sample point at fraction `t` past a pixel.
 
     `a=-0.75` is the constant PyTorch's bicubic uses (timm, Hugging Face).
     """
+    offsets = np.array([-1.0, 0.0, 1.0, 2.0])
+    return _keys_kernel(t[..., None] - offsets, a)
 
-    def near(d):  # |d| <= 1
-        return ((a + 2) * d - (a + 3)) * d * d + 1
 
-    def far(d):  # 1 < |d| < 2
-        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+def _antialias_matrix(in_size, out_size):
+    """PyTorch's `interpolate(mode="bicubic", antialias=True)` for one axis.
 
-    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+    The separable filter of PIL: Keys' cubic with `a=-0.5`, widened by the
+    downscaling factor (so shrinking averages instead of aliasing), taps
+    outside the input dropped and the weights renormalised. DINOv2 with
+    registers moves its position grid this way.
+    """
+    scale = in_size / out_size
+    support = 2.0 * max(scale, 1.0)
+    stretch = 1.0 / max(scale, 1.0)
+    matrix = np.zeros((out_size, in_size))
+    for i in range(out_size):
+        center = scale * (i + 0.5)
+        low = max(int(center - support + 0.5), 0)
+        high = min(int(center + support + 0.5), in_size)
+        weights = _keys_kernel((np.arange(low, high) - center + 0.5) * stretch, a=-0.5)
+        matrix[i, low:high] = weights / weights.sum()
+    return matrix
 
 
 def _interpolation_matrix(in_size, out_size, method, align_corners):
     """The `(out_size, in_size)` matrix that resamples one axis."""
+    if method == "bicubic_antialias":
+        return _antialias_matrix(in_size, out_size)
     out = np.arange(out_size, dtype=np.float64)
     if align_corners:
         scale = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
@@ -110,8 +135,10 @@ def resample_position_embeddings(
 
     `method="bicubic"` with `align_corners=False` reproduces PyTorch's
     `F.interpolate(mode="bicubic")` (timm, Hugging Face);
-    `method="bilinear"` with `align_corners=True` reproduces
-    `scipy.ndimage.zoom(order=1)` (the original JAX ViT code).
+    `method="bicubic_antialias"` reproduces the same with
+    `antialias=True` (DINOv2 with registers); `method="bilinear"` with
+    `align_corners=True` reproduces `scipy.ndimage.zoom(order=1)` (the
+    original JAX ViT code).
 
     Args:
         embeddings: array of shape `(1, prefix + rows * cols, dim)` or
@@ -120,7 +147,7 @@ def resample_position_embeddings(
         source_grid: int or `(rows, cols)` of `embeddings`; `None` infers a
             square grid from the number of tokens.
         num_prefix_tokens: int, the number of leading non-grid tokens.
-        method: `"bicubic"` or `"bilinear"`.
+        method: `"bicubic"`, `"bicubic_antialias"` or `"bilinear"`.
         align_corners: bool, whether the corner samples of both grids are
             aligned (`True`) or their pixel areas are (`False`).
 

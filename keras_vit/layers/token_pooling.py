@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "gap")
+POOLING_MODES = ("token", "gap", "token_gap")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -13,12 +13,15 @@ class TokenPooling(keras.layers.Layer):
     `mode="token"` takes the class token (the first token), as the paper's
     classifier does. `mode="gap"` averages the patch tokens (the tokens
     after the `num_prefix_tokens` prefix tokens), the paper's global average
-    pooling alternative.
+    pooling alternative. `mode="token_gap"` concatenates the two, as the
+    DINOv2 classifiers do (output width `2 * hidden_dim`).
 
     Args:
-        mode: `"token"` or `"gap"`.
+        mode: `"token"`, `"gap"` or `"token_gap"`.
         num_prefix_tokens: int, the number of leading non-patch tokens
-            (1 with a class token). Defaults to 1.
+            (class, distillation and register tokens). Defaults to 1.
+        token_index: int, the token that `"token"` takes: 0 for the class
+            token, 1 for DeiT's distillation token. Defaults to 0.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -36,31 +39,43 @@ class TokenPooling(keras.layers.Layer):
     [[6.0, 7.0, 8.0, 9.0]]
     """
 
-    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+    def __init__(self, mode="token", num_prefix_tokens=1, token_index=0, **kwargs):
         super().__init__(**kwargs)
         if mode not in POOLING_MODES:
             raise ValueError(
                 f"`mode` must be one of {POOLING_MODES}. Received: mode={mode!r}"
             )
-        if mode == "token" and num_prefix_tokens < 1:
+        if mode != "gap" and not 0 <= token_index < num_prefix_tokens:
             raise ValueError(
-                "mode='token' needs a class token (num_prefix_tokens >= 1). "
-                f"Received: num_prefix_tokens={num_prefix_tokens!r}"
+                f"mode={mode!r} takes prefix token {token_index}, which needs "
+                f"num_prefix_tokens > {token_index}. Received: "
+                f"num_prefix_tokens={num_prefix_tokens!r}, token_index={token_index!r}"
             )
         self.mode = mode
         self.num_prefix_tokens = num_prefix_tokens
+        self.token_index = token_index
 
     def call(self, inputs):
         if self.mode == "token":
-            return inputs[:, 0]
-        return ops.mean(inputs[:, self.num_prefix_tokens :], axis=1)
+            return inputs[:, self.token_index]
+        average = ops.mean(inputs[:, self.num_prefix_tokens :], axis=1)
+        if self.mode == "gap":
+            return average
+        return ops.concatenate([inputs[:, self.token_index], average], axis=-1)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+        width = input_shape[-1]
+        if self.mode == "token_gap" and width is not None:
+            width *= 2
+        return (input_shape[0], width)
 
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}
+            {
+                "mode": self.mode,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "token_index": self.token_index,
+            }
         )
         return config

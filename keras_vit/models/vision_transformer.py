@@ -12,7 +12,7 @@ from keras_vit.models.variants import (
     variant_name,
 )
 
-POOLINGS = ("token", "gap")
+POOLINGS = ("token", "gap", "token_gap")
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
 
 
@@ -100,6 +100,8 @@ def VisionTransformer(
     normalization=None,
     representation_size=None,
     class_token=True,
+    distillation_token=False,
+    num_register_tokens=0,
     position_embedding="learned",
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
@@ -142,7 +144,8 @@ def VisionTransformer(
         input_shape: `(height, width, channels)`; defaults to
             `(224, 224, 3)`. Height and width must be multiples of the
             patch size.
-        pooling: `"token"` (class token), `"gap"` (mean of patch tokens), or
+        pooling: `"token"` (class token), `"gap"` (mean of patch tokens),
+            `"token_gap"` (both, concatenated, as DINOv2's classifiers), or
             `None` with `include_top=False` to output every token.
         classes: int, the number of classes of the head.
         classifier_activation: activation of the head (`"softmax"`, or
@@ -158,6 +161,16 @@ def VisionTransformer(
             Dense + tanh layer of this width follows the pooling, as in the
             paper's pre-training head.
         class_token: bool, whether to prepend a class token.
+        distillation_token: bool, DeiT's distillation token (Touvron et al.
+            2021): a second learned token after the class token, with its
+            own position embedding and its own head (`head_dist`); the
+            model's logits are the mean of the two heads' logits, as DeiT
+            predicts at inference. Needs `class_token` and
+            `pooling="token"`.
+        num_register_tokens: int, the number of register tokens (Darcet et
+            al. 2023, DINOv2 with registers): learned tokens without
+            position embeddings, inserted after the class token and
+            ignored by the pooling.
         position_embedding: `"learned"` or `"sincos2d"` (fixed).
         dropout_rate: float, dropout after the embeddings and in the blocks.
         attention_dropout_rate: float, dropout on attention probabilities.
@@ -209,9 +222,25 @@ def VisionTransformer(
             f"`pooling` must be one of {allowed} (None only with "
             f"include_top=False). Received: pooling={pooling!r}"
         )
-    if pooling == "token" and not class_token:
+    if pooling in ("token", "token_gap") and not class_token:
         raise ValueError(
-            "pooling='token' needs a class token. Received: class_token=False"
+            f"pooling={pooling!r} needs a class token. Received: class_token=False"
+        )
+    if distillation_token and not (class_token and pooling == "token"):
+        raise ValueError(
+            "distillation_token=True needs class_token=True and "
+            f"pooling='token'. Received: class_token={class_token!r}, "
+            f"pooling={pooling!r}"
+        )
+    if distillation_token and include_top and representation_size:
+        raise ValueError(
+            "distillation_token=True has two heads and no pre_logits layer. "
+            f"Received: representation_size={representation_size!r}"
+        )
+    if not isinstance(num_register_tokens, int) or num_register_tokens < 0:
+        raise ValueError(
+            "`num_register_tokens` must be an int >= 0. Received: "
+            f"num_register_tokens={num_register_tokens!r}"
         )
     if include_top and (not isinstance(classes, int) or classes < 1):
         raise ValueError(
@@ -236,15 +265,24 @@ def VisionTransformer(
     if include_rescaling:
         x = keras.layers.Rescaling(**rescaling, name="rescaling")(x)
     x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
-    num_prefix_tokens = 1 if class_token else 0
+    # Token order: class, distillation, registers, patches. Registers come
+    # after the position embeddings, which they have none of.
+    if distillation_token:
+        x = vit_layers.ClassToken(name="distillation_token")(x)
     if class_token:
         x = vit_layers.ClassToken(name="class_token")(x)
+    num_embedded_prefix = int(class_token) + int(distillation_token)
     x = vit_layers.PositionEmbedding(
         grid_size,
-        num_prefix_tokens=num_prefix_tokens,
+        num_prefix_tokens=num_embedded_prefix,
         kind=position_embedding,
         name="position_embedding",
     )(x)
+    if num_register_tokens:
+        x = vit_layers.RegisterTokens(
+            num_register_tokens, index=num_embedded_prefix, name="register_tokens"
+        )(x)
+    num_prefix_tokens = num_embedded_prefix + num_register_tokens
     x = keras.layers.Dropout(dropout_rate, seed=sublayer_seed(0), name="dropout")(x)
     for index, block_drop_path in enumerate(
         np.linspace(0.0, drop_path_rate, num_layers)
@@ -264,10 +302,11 @@ def VisionTransformer(
     x = keras.layers.LayerNormalization(
         epsilon=layer_norm_epsilon, name="encoder_norm"
     )(x)
+    tokens = x
     if pooling is not None:
         x = vit_layers.TokenPooling(
             pooling, num_prefix_tokens=num_prefix_tokens, name="pooling"
-        )(x)
+        )(tokens)
         if representation_size:
             x = keras.layers.Dense(
                 representation_size, activation="tanh", name="pre_logits"
@@ -278,13 +317,32 @@ def VisionTransformer(
         head_dtype = keras.dtype_policies.get(
             keras.config.dtype_policy()
         ).variable_dtype
-        x = keras.layers.Dense(
-            classes,
-            activation=classifier_activation,
-            kernel_initializer="zeros",
-            name="head",
-            dtype=head_dtype,
-        )(x)
+        if not distillation_token:
+            x = keras.layers.Dense(
+                classes,
+                activation=classifier_activation,
+                kernel_initializer="zeros",
+                name="head",
+                dtype=head_dtype,
+            )(x)
+        else:
+            distilled = vit_layers.TokenPooling(
+                "token",
+                num_prefix_tokens=num_prefix_tokens,
+                token_index=1,
+                name="distillation_pooling",
+            )(tokens)
+            logits = [
+                keras.layers.Dense(
+                    classes, kernel_initializer="zeros", name=head_name, dtype=head_dtype
+                )(features)
+                for head_name, features in (("head", x), ("head_dist", distilled))
+            ]
+            x = keras.layers.Average(name="head_average", dtype=head_dtype)(logits)
+            if classifier_activation is not None:
+                x = keras.layers.Activation(
+                    classifier_activation, name="predictions", dtype=head_dtype
+                )(x)
     inputs = (
         keras.utils.get_source_inputs(input_tensor)
         if input_tensor is not None

@@ -11,10 +11,13 @@ from keras_vit.weights.checkpoints import (
     CHECKPOINT_SUFFIXES,
     infer_architecture,
     read_tensors,
+    source_resample_method,
     to_canonical,
 )
 
 KERAS_SUFFIXES = (".weights.h5", ".keras")
+# Heads keep their zero initialisation when a checkpoint has none that fits.
+HEAD_PREFIXES = ("head/", "head_dist/")
 SUFFIXES = KERAS_SUFFIXES + CHECKPOINT_SUFFIXES
 
 
@@ -106,7 +109,7 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
     for path, weight in weights.items():
         model_shape = tuple(weight.shape)
         if path not in tensors:
-            if path.startswith("head/"):
+            if path.startswith(HEAD_PREFIXES):
                 kept.append(path)
                 continue
             raise ValueError(
@@ -124,7 +127,7 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
             value = resample_position_embeddings(
                 value, layer.grid_size, num_prefix_tokens=prefix, method=resample_method
             )
-        if path.startswith("head/") and value.shape != model_shape:
+        if path.startswith(HEAD_PREFIXES) and value.shape != model_shape:
             kept.append(path)  # a new head for another class count
             continue
         if value.shape != model_shape:
@@ -142,12 +145,14 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
     }
 
 
-def load(model, path, resample_method="bicubic"):
+def load(model, path, resample_method=None):
     """Loads a weights file or checkpoint at `path` into `model`.
 
     Keras files (`.weights.h5`, `.keras`) load as Keras saves them; official
     `.npz`, Hugging Face and timm checkpoints are converted and checked
-    first (see `assign_canonical`).
+    first (see `assign_canonical`). `resample_method` (`None`: the one the
+    checkpoint's own code uses, see `source_resample_method`) moves the
+    position grid to the model's.
 
     Returns:
         `model`.
@@ -161,12 +166,12 @@ def load(model, path, resample_method="bicubic"):
     layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads)
     assign_canonical(
         model, canonical, source=f"{layout} checkpoint {path!r}",
-        resample_method=resample_method,
+        resample_method=resample_method or source_resample_method(path),
     )
     return model
 
 
-def from_checkpoint(path, num_heads=None, resample_method="bicubic", **overrides):
+def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     """Builds the ViT that a checkpoint file describes, with its weights.
 
     The architecture, GELU form, LayerNorm epsilon and pixel normalisation
@@ -183,7 +188,9 @@ def from_checkpoint(path, num_heads=None, resample_method="bicubic", **overrides
             `preprocessor_config.json`) beside it is read when present.
         num_heads: the head count, for PyTorch-layout files that have no
             `config.json` and a width outside the paper's table.
-        resample_method: `"bicubic"` or `"bilinear"` position resampling.
+        resample_method: `"bicubic"`, `"bicubic_antialias"` or `"bilinear"`
+            position resampling; `None`: the checkpoint's own (see
+            `source_resample_method`).
         **overrides: `VisionTransformer` arguments.
 
     Returns:
@@ -217,6 +224,6 @@ def from_checkpoint(path, num_heads=None, resample_method="bicubic", **overrides
     _, canonical = to_canonical(tensors, arguments["num_heads"])
     assign_canonical(
         model, canonical, source=f"{layout} checkpoint {path!r}",
-        resample_method=resample_method,
+        resample_method=resample_method or source_resample_method(path),
     )
     return model

@@ -7,9 +7,11 @@ it) to a NumPy array of that weight's shape. Three layouts are understood:
 - `official`: google-research/vision_transformer `.npz` files (original
   i21k / i21k+i1k and AugReg), Flax names such as `embedding/kernel` and
   `Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel`;
-- `huggingface`: `ViTModel` / `ViTForImageClassification` / `Dinov2Model`
+- `huggingface`: `ViTModel` / `ViTForImageClassification` / DeiT (with
+  teacher) / `Dinov2Model` (with registers, classifiers) / `ViTMAEModel`
   state dicts as saved on the Hub (`vit.encoder.layer.0.attention...`);
-- `timm`: `timm` VisionTransformer state dicts (`blocks.0.attn.qkv.weight`).
+- `timm`: `timm` VisionTransformer state dicts (`blocks.0.attn.qkv.weight`),
+  distilled DeiT (`dist_token`, `head_dist`) included.
 
 Files are read without unpickling: `.npz` with `allow_pickle=False`,
 `.safetensors` with `safetensors`, PyTorch `.bin`/`.pth` with
@@ -184,11 +186,15 @@ _HF_MODULE_NAMES = {
 def _huggingface(tensors, num_heads):
     out, qkv = {}, {}
     for name, value in tensors.items():
-        name = re.sub(r"^(vit|deit|dinov2|model)\.", "", name)
+        name = re.sub(r"^(vit|deit|dinov2_with_registers|dinov2|model)\.", "", name)
         for pattern, hub_name in _HF_MODULE_NAMES.items():
             name = re.sub(pattern, hub_name, name)
         if name == "embeddings.cls_token":
             out["class_token/token"] = value
+        elif name == "embeddings.distillation_token":
+            out["distillation_token/token"] = value
+        elif name == "embeddings.register_tokens":
+            out["register_tokens/tokens"] = value
         elif name == "embeddings.position_embeddings":
             out["position_embedding/embeddings"] = value
         elif name.startswith("embeddings.patch_embeddings.projection."):
@@ -200,8 +206,10 @@ def _huggingface(tensors, num_heads):
             out.update(_norm("encoder_norm", name.rsplit(".", 1)[1], value))
         elif name.startswith("pooler.dense."):
             out.update(_dense("pre_logits", name.rsplit(".", 1)[1], value))
-        elif name.startswith("classifier."):
+        elif name.startswith(("classifier.", "cls_classifier.")):
             out.update(_dense("head", name.rsplit(".", 1)[1], value))
+        elif name.startswith("distillation_classifier."):
+            out.update(_dense("head_dist", name.rsplit(".", 1)[1], value))
         match = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)\.(weight|bias|lambda1)", name)
         if not match:
             continue
@@ -227,11 +235,13 @@ def _timm(tensors, num_heads):
     out = {}
     simple = {
         "cls_token": "class_token/token",
+        "dist_token": "distillation_token/token",
         "pos_embed": "position_embedding/embeddings",
         "patch_embed.proj.bias": "patch_embedding/bias",
         "norm.weight": "encoder_norm/gamma",
         "norm.bias": "encoder_norm/beta",
         "head.bias": "head/bias",
+        "head_dist.bias": "head_dist/bias",
         "pre_logits.fc.bias": "pre_logits/bias",
     }
     for name, value in tensors.items():
@@ -239,8 +249,8 @@ def _timm(tensors, num_heads):
             out[simple[name]] = value
         elif name == "patch_embed.proj.weight":
             out["patch_embedding/kernel"] = value.transpose(2, 3, 1, 0)
-        elif name == "head.weight":
-            out["head/kernel"] = _linear(value)
+        elif name in ("head.weight", "head_dist.weight"):
+            out[name.split(".")[0] + "/kernel"] = _linear(value)
         elif name == "pre_logits.fc.weight":
             out["pre_logits/kernel"] = _linear(value)
         match = re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias|gamma)", name)
@@ -348,12 +358,26 @@ def read_json_beside(path, name):
         return json.load(f)
 
 
+# Hugging Face model types that resample their position grid with
+# `antialias=True` (the others: plain bicubic, as PyTorch's default).
+_ANTIALIASED_MODEL_TYPES = ("dinov2_with_registers",)
+
+
+def source_resample_method(path):
+    """How the checkpoint's own code resamples its position grid.
+
+    `"bicubic_antialias"` for the Hugging Face models that interpolate with
+    `antialias=True` (read from `config.json` beside the file), else
+    `"bicubic"` (PyTorch's bicubic, as timm and Hugging Face ViT/DeiT/DINOv2).
+    """
+    model_type = read_json_beside(path, "config.json").get("model_type")
+    return "bicubic_antialias" if model_type in _ANTIALIASED_MODEL_TYPES else "bicubic"
+
+
 # Tensors of architectures that keras_vit does not build (yet): loading
 # them into a plain ViT would silently change the model's outputs.
 _UNSUPPORTED = {
-    "register_tokens": "DINOv2 register tokens",
-    "dist_token": "a DeiT distillation token",
-    "distillation_token": "a DeiT distillation token",
+    "reg_token": "timm register tokens (timm's own position-embedding rules)",
 }
 
 # Hugging Face model types trained on ImageNet mean/std pixels.
@@ -385,6 +409,15 @@ def infer_architecture(path, tensors, num_heads=None):
     layout, shapes = to_canonical(tensors, num_heads=1)
     if "patch_embedding/kernel" not in shapes:
         raise ValueError(f"{path!r} has no patch embedding kernel.")
+    distillation_token = "distillation_token/token" in shapes
+    if distillation_token and "head/kernel" in shapes and "head_dist/kernel" not in shapes:
+        raise ValueError(
+            f"{path!r} is a DeiT with a distillation token but one head "
+            "(DeiTForImageClassification); keras_vit builds distilled DeiTs "
+            "with both heads (DeiTForImageClassificationWithTeacher). Use the "
+            "checkpoint without its head (`keras_vit.weights.load` into a "
+            "model with include_top=False)."
+        )
     patch_h, patch_w, channels, hidden_dim = shapes["patch_embedding/kernel"].shape
     depth = 1 + max(
         (int(m[1]) for k in shapes if (m := re.match(r"encoderblock_(\d+)/", k))),
@@ -408,7 +441,11 @@ def infer_architecture(path, tensors, num_heads=None):
             )
         num_heads = by_width[hidden_dim]
     class_token = "class_token/token" in shapes
-    positions = shapes["position_embedding/embeddings"].shape[1] - int(class_token)
+    positions = (
+        shapes["position_embedding/embeddings"].shape[1]
+        - int(class_token)
+        - int(distillation_token)
+    )
     grid = int(round(positions ** 0.5))
     if grid * grid != positions:
         raise ValueError(
@@ -422,6 +459,10 @@ def infer_architecture(path, tensors, num_heads=None):
         "mlp_dim": int(shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]),
         "input_shape": (grid * patch_h, grid * patch_w, int(channels)),
         "class_token": class_token,
+        "distillation_token": distillation_token,
+        "num_register_tokens": (
+            int(shapes["register_tokens/tokens"].shape[1]) if "register_tokens/tokens" in shapes else 0
+        ),
         "pooling": "token" if class_token else "gap",
         "include_top": "head/kernel" in shapes,
         "representation_size": (
@@ -434,6 +475,8 @@ def infer_architecture(path, tensors, num_heads=None):
     }
     if arguments["include_top"]:
         arguments["classes"] = int(shapes["head/kernel"].shape[1])
+        if class_token and shapes["head/kernel"].shape[0] == 2 * hidden_dim:
+            arguments["pooling"] = "token_gap"  # DINOv2's classifiers
     if layout == "huggingface":
         arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
             "gelu_new", "gelu_pytorch_tanh", "gelu_fast"

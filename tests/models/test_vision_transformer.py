@@ -181,6 +181,10 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
         ({"pooling": None}, "pooling=None"),
         ({"classes": 0}, "classes=0"),
         ({"class_token": False}, "class_token=False"),
+        ({"distillation_token": True, "pooling": "gap"}, "pooling='gap'"),
+        ({"distillation_token": True, "representation_size": 8}, "representation_size=8"),
+        ({"num_register_tokens": -1}, "num_register_tokens=-1"),
+        ({"pooling": "token_gap", "class_token": False}, "class_token=False"),
     ],
 )
 def test_bad_arguments_fail_before_building(kwargs, message):
@@ -213,4 +217,59 @@ def test_model_config_round_trips(images):
     np.testing.assert_allclose(
         ops.convert_to_numpy(clone(images)), ops.convert_to_numpy(model(images)),
         atol=1e-6,
+    )
+
+
+def test_distillation_token_model_averages_its_two_heads(images):
+    model = randomize_weights(
+        keras_vit.VisionTransformer(
+            **TINY, distillation_token=True, classifier_activation=None
+        )
+    )
+    tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
+    tokens = ops.convert_to_numpy(tokens)
+    assert tokens.shape[1] == 2 + 16  # class, distillation, 4x4 patches
+
+    def head(name, features):
+        layer = model.get_layer(name)
+        return features @ ops.convert_to_numpy(layer.kernel) + ops.convert_to_numpy(layer.bias)
+
+    expected = (head("head", tokens[:, 0]) + head("head_dist", tokens[:, 1])) / 2
+    np.testing.assert_allclose(ops.convert_to_numpy(model(images)), expected, atol=1e-5)
+    probabilities = keras_vit.VisionTransformer(**TINY, distillation_token=True)
+    assert probabilities.get_layer("predictions").activation.__name__ == "softmax"
+
+
+def test_register_tokens_sit_between_the_class_token_and_the_patches(images):
+    model = randomize_weights(
+        keras_vit.VisionTransformer(**TINY, num_register_tokens=3, pooling="gap")
+    )
+    registers = ops.convert_to_numpy(model.get_layer("register_tokens").tokens)
+    embedded = keras.Model(model.input, model.get_layer("register_tokens").output)(images)
+    embedded = ops.convert_to_numpy(embedded)
+    assert embedded.shape[1] == 1 + 3 + 16
+    # Registers carry no position embedding: the same for every image.
+    np.testing.assert_allclose(embedded[:, 1:4], np.broadcast_to(registers, (len(images), 3, 32)))
+    assert model.get_layer("pooling").num_prefix_tokens == 4  # the mean skips them
+    # The position table still covers only the class token and the patches.
+    assert model.get_layer("position_embedding").embeddings.shape == (1, 17, 32)
+
+
+def test_token_gap_pooling_concatenates_class_token_and_mean(images):
+    model = keras_vit.VisionTransformer(**TINY, pooling="token_gap", include_top=False)
+    assert model.output_shape == (None, 64)
+    tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
+    tokens = ops.convert_to_numpy(tokens)
+    expected = np.concatenate([tokens[:, 0], tokens[:, 1:].mean(1)], axis=-1)
+    np.testing.assert_allclose(ops.convert_to_numpy(model(images)), expected, atol=1e-5)
+
+
+def test_token_options_round_trip_through_config(images):
+    model = randomize_weights(
+        keras_vit.VisionTransformer(**TINY, distillation_token=True, num_register_tokens=2)
+    )
+    clone = keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(clone(images)), ops.convert_to_numpy(model(images)), atol=1e-6
     )

@@ -38,6 +38,17 @@ if kind == "dinov2":
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
         image_size=16, patch_size=4, layerscale_value=0.5)
     model = transformers.Dinov2Model(config)
+elif kind == "dinov2_registers":  # registers, LayerScale, [class, mean] head
+    config = transformers.Dinov2WithRegistersConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+        image_size=16, patch_size=4, layerscale_value=0.5,
+        num_register_tokens=3, num_labels=5)
+    model = transformers.Dinov2WithRegistersForImageClassification(config)
+elif kind == "deit":  # distillation token and head, logits = mean of both heads
+    config = transformers.DeiTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, image_size=16, patch_size=4, num_labels=5)
+    model = transformers.DeiTForImageClassificationWithTeacher(config)
 elif kind == "mae":  # mask_ratio 0 and ordered noise: every patch, in order
     config = transformers.ViTMAEConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -64,16 +75,18 @@ if kind == "model":
     torch.save(model.state_dict(), os.path.join(out, "bin", "state_dict.pth"))
 rng = np.random.default_rng(0)
 result = {{}}
-for size in ((16,) if kind == "mae" else (16, 24)):
+sizes = {{"mae": (16,), "dinov2_registers": (16, 24, 12)}}.get(kind, (16, 24))
+for size in sizes:
     x = rng.normal(size=(2, size, size, 3)).astype("float32")
     np.save(os.path.join(out, f"images_{{size}}.npy"), x)
     with torch.no_grad():
         pixels = torch.from_numpy(x).permute(0, 3, 1, 2)
-        kwargs = {{"interpolate_pos_encoding": True}} if size != 16 and kind != "dinov2" else {{}}
+        always = kind.startswith("dinov2")  # DINOv2 always interpolates
+        kwargs = {{"interpolate_pos_encoding": True}} if size != 16 and not always else {{}}
         if kind == "mae":
             kwargs = {{"noise": torch.arange(16.0).repeat(2, 1)}}
         o = model(pixel_values=pixels, **kwargs)
-    if kind == "classifier":
+    if hasattr(o, "logits"):
         np.save(os.path.join(out, f"logits_{{size}}.npy"), o.logits.numpy())
     else:
         np.save(os.path.join(out, f"tokens_{{size}}.npy"), o.last_hidden_state.numpy())
@@ -108,6 +121,16 @@ def dinov2_reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mae_reference(tmp_path_factory):
     return _reference(tmp_path_factory, "mae")
+
+
+@pytest.fixture(scope="module")
+def deit_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "deit")
+
+
+@pytest.fixture(scope="module")
+def dinov2_registers_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "dinov2_registers")
 
 
 def hf_model(eps, size=16, **kwargs):
@@ -296,21 +319,22 @@ def test_official_npz_layout_parity(tmp_path, classifier_reference):
     assert max_error(exact, out, 16, "logits") <= 1e-4
 
 
-def test_timm_layout_parity(tmp_path, classifier_reference):
-    # timm itself needs torchvision, which has no CPU wheel here; its state
-    # dict names are written from the HF reference's tensors instead.
-    out, eps = classifier_reference
-    hf = read_tensors(os.path.join(out, "model.safetensors"))
+def _timm_names(hf, prefix):
+    """A HF reference's tensors under timm's state-dict names.
+
+    timm itself needs torchvision, which has no CPU wheel here; its names
+    are written from the reference's tensors instead.
+    """
     timm = {
-        "cls_token": hf["vit.embeddings.cls_token"],
-        "pos_embed": hf["vit.embeddings.position_embeddings"],
-        "patch_embed.proj.weight": hf["vit.embeddings.patch_embeddings.projection.weight"],
-        "patch_embed.proj.bias": hf["vit.embeddings.patch_embeddings.projection.bias"],
-        "norm.weight": hf["vit.layernorm.weight"], "norm.bias": hf["vit.layernorm.bias"],
-        "head.weight": hf["classifier.weight"], "head.bias": hf["classifier.bias"],
+        "cls_token": hf[f"{prefix}.embeddings.cls_token"],
+        "pos_embed": hf[f"{prefix}.embeddings.position_embeddings"],
+        "patch_embed.proj.weight": hf[f"{prefix}.embeddings.patch_embeddings.projection.weight"],
+        "patch_embed.proj.bias": hf[f"{prefix}.embeddings.patch_embeddings.projection.bias"],
+        "norm.weight": hf[f"{prefix}.layernorm.weight"],
+        "norm.bias": hf[f"{prefix}.layernorm.bias"],
     }
     for i in range(2):
-        layer = f"vit.encoder.layer.{i}."
+        layer = f"{prefix}.encoder.layer.{i}."
         attention = layer + "attention.attention."
         for kind in ("weight", "bias"):
             timm[f"blocks.{i}.attn.qkv.{kind}"] = np.concatenate(
@@ -321,12 +345,58 @@ def test_timm_layout_parity(tmp_path, classifier_reference):
             timm[f"blocks.{i}.norm2.{kind}"] = hf[layer + f"layernorm_after.{kind}"]
             timm[f"blocks.{i}.mlp.fc1.{kind}"] = hf[layer + f"intermediate.dense.{kind}"]
             timm[f"blocks.{i}.mlp.fc2.{kind}"] = hf[layer + f"output.dense.{kind}"]
+    return timm
+
+
+def test_timm_layout_parity(tmp_path, classifier_reference):
+    out, eps = classifier_reference
+    hf = read_tensors(os.path.join(out, "model.safetensors"))
+    timm = _timm_names(hf, "vit")
+    timm.update({"head.weight": hf["classifier.weight"], "head.bias": hf["classifier.bias"]})
     from safetensors.numpy import save_file
 
     path = os.path.join(tmp_path, "timm.safetensors")
     save_file(timm, path)
     model = hf_model(eps, classes=5, classifier_activation=None, weights=path)
     assert max_error(model, out, 16, "logits") <= 1e-4
+
+
+def test_timm_distilled_deit_parity(tmp_path, deit_reference):
+    out, eps = deit_reference
+    hf = read_tensors(os.path.join(out, "model.safetensors"))
+    timm = _timm_names(hf, "deit")
+    timm["dist_token"] = hf["deit.embeddings.distillation_token"]
+    for kind in ("weight", "bias"):
+        timm[f"head.{kind}"] = hf[f"cls_classifier.{kind}"]
+        timm[f"head_dist.{kind}"] = hf[f"distillation_classifier.{kind}"]
+    from safetensors.numpy import save_file
+
+    path = os.path.join(tmp_path, "deit_timm.safetensors")
+    save_file(timm, path)
+    model = hf_model(
+        eps, classes=5, classifier_activation=None, distillation_token=True, weights=path
+    )
+    assert max_error(model, out, 16, "logits") <= 1e-4
+
+
+def test_token_layouts_keras_vit_cannot_reproduce_are_refused(tmp_path, deit_reference):
+    from safetensors.numpy import save_file
+
+    out, _ = deit_reference
+    hf = read_tensors(os.path.join(out, "model.safetensors"))
+    # DeiTForImageClassification: a distillation token but one head.
+    one_head = {k: v for k, v in hf.items() if not k.startswith("distillation_classifier")}
+    path = os.path.join(tmp_path, "deit_one_head.safetensors")
+    save_file(one_head, path)
+    with pytest.raises(ValueError, match="distillation token but one head"):
+        from_checkpoint(path)
+    # timm register tokens follow timm's own position rules.
+    timm = _timm_names(hf, "deit")
+    timm["reg_token"] = np.zeros((1, 4, 32), "float32")
+    path = os.path.join(tmp_path, "timm_reg.safetensors")
+    save_file(timm, path)
+    with pytest.raises(ValueError, match="timm register tokens.*'reg_token'"):
+        from_checkpoint(path, num_heads=4)
 
 
 def _snapshot(model):
@@ -374,3 +444,38 @@ def test_npz_with_pickled_objects_is_refused(tmp_path):
     model = keras_vit.VisionTransformer(**ARCH, input_shape=(16, 16, 3))
     with pytest.raises(ValueError, match="not a plain array archive"):
         load(model, path)
+
+
+def test_deit_distilled_parity_at_two_resolutions(deit_reference):
+    out, _ = deit_reference
+    path = os.path.join(out, "model.safetensors")
+    for size in (16, 24):
+        model = from_checkpoint(
+            path, include_rescaling=False, classifier_activation=None,
+            input_shape=(size, size, 3),
+        )
+        assert model.get_layer("position_embedding").num_prefix_tokens == 2
+        head_dist = ops.convert_to_numpy(model.get_layer("head_dist").kernel)
+        assert np.any(head_dist)  # the distillation head loaded too
+        assert max_error(model, out, size, "logits") <= 1e-4
+
+
+def test_dinov2_registers_parity_with_antialiased_resampling(dinov2_registers_reference):
+    out, _ = dinov2_registers_reference
+    path = os.path.join(out, "model.safetensors")
+    model = from_checkpoint(path, include_rescaling=False, classifier_activation=None)
+    assert model.get_layer("register_tokens").num_tokens == 3
+    assert model.get_layer("pooling").mode == "token_gap"
+    assert max_error(model, out, 16, "logits") <= 1e-4
+    for size in (24, 12):  # up and down: torch's antialiased bicubic
+        model = from_checkpoint(
+            path, include_rescaling=False, classifier_activation=None,
+            input_shape=(size, size, 3),
+        )
+        assert max_error(model, out, size, "logits") <= 1e-4
+    # The plain bicubic (another filter) would not reproduce the source.
+    plain = from_checkpoint(
+        path, include_rescaling=False, classifier_activation=None,
+        input_shape=(24, 24, 3), resample_method="bicubic",
+    )
+    assert max_error(plain, out, 24, "logits") > 1e-3
