@@ -8,6 +8,7 @@ class count, `pre_logits` layer and pixel normalisation.
 """
 
 import dataclasses
+import hashlib
 import os
 
 GOOGLE = "https://storage.googleapis.com/vit_models"
@@ -80,12 +81,27 @@ def lookup(variant, name):
     return CHECKPOINTS[(variant, name)]
 
 
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def fetch(checkpoint):
     """The local path of `checkpoint`, downloaded once into the Keras cache.
 
+    The file is checked against the entry's SHA-256. An entry without one
+    (the Google files, whose hashes could not be taken on the offline
+    machine this package was built on) is pinned on first use: the hash of
+    the first download is written beside it (`FILE.sha256`) and every
+    later use is checked against it, so a corrupted or replaced cache file
+    is downloaded again, and a changed upstream file is refused.
+
     Raises:
-        RuntimeError: offline (or any failed download), saying what to
-            download and where to put it.
+        RuntimeError: offline (or any failed download or hash mismatch),
+            saying what to download and where to put it.
     """
     import keras
 
@@ -95,11 +111,16 @@ def fetch(checkpoint):
         os.makedirs(cache_dir, exist_ok=True)  # get_file uses /tmp when absent
     except OSError:
         pass
+    pin_path = os.path.join(cache_dir, checkpoint.file_name + ".sha256")
+    expected = checkpoint.sha256
+    if expected is None and os.path.isfile(pin_path):
+        with open(pin_path) as f:
+            expected = f.read().strip()
     try:
-        return keras.utils.get_file(
+        path = keras.utils.get_file(
             checkpoint.file_name,
             origin=checkpoint.url,
-            file_hash=checkpoint.sha256,
+            file_hash=expected,
             hash_algorithm="sha256",
             cache_dir=keras_home,
             cache_subdir=CACHE_SUBDIR,
@@ -112,6 +133,12 @@ def fetch(checkpoint):
             f"{os.path.join(cache_dir, checkpoint.file_name)}, or pass its "
             "local path as `weights=`."
         ) from error
+    if expected is None:
+        temporary = pin_path + ".tmp"
+        with open(temporary, "w") as f:
+            f.write(_sha256(path) + "\n")
+        os.replace(temporary, pin_path)
+    return path
 
 
 def _register_published():

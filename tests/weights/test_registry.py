@@ -92,3 +92,28 @@ def test_published_table():
     )
     assert registry.lookup("B/16", "imagenet21k+imagenet2012").file_name == "ViT-B_16.npz"
     assert "augreg-imagenet21k" in registry.names("Ti/16")
+
+
+def test_unhashed_entries_are_pinned_on_first_use(published_file, tmp_path):
+    source, register = published_file
+    origin = register.__defaults__[1][len("file://"):]
+    checkpoint = register(sha256=None)
+    path = registry.fetch(checkpoint)
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    with open(path + ".sha256") as f:
+        assert f.read().strip() == digest
+    # A corrupted cache file is noticed and downloaded again.
+    with open(path, "r+b") as f:
+        f.seek(200)
+        f.write(b"garbage")
+    assert registry.fetch(checkpoint) == path
+    with open(path, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == digest
+    # Upstream replaced (and the cache lost): refused, the pin kept.
+    np.savez(origin, **{"embedding/kernel": np.zeros((16, 16, 3, 192), "float32")})
+    os.remove(path)
+    with pytest.raises(RuntimeError, match="Could not download .*put it at"):
+        registry.fetch(checkpoint)
+    with open(path + ".sha256") as f:
+        assert f.read().strip() == digest
