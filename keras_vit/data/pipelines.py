@@ -55,40 +55,58 @@ def _check_size(image_size):
     return tuple(image_size)
 
 
-def _random_resized_crop(image, image_size, scale, ratio, seed):
-    """Inception-style crop: a random area/aspect box, resized to `image_size`."""
+def _random_crop_boxes(count, height, width, scale, ratio, seed):
+    """`count` Inception-style crop boxes, normalised `[y1, x1, y2, x2]`.
+
+    Each box covers a uniform fraction in `scale` of the image area with a
+    log-uniform aspect ratio (width / height, in pixels) in `ratio`,
+    clipped to the image, at a uniform position.
+    """
     import tensorflow as tf
 
-    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image),
-        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
-        seed=seed,
-        area_range=scale,
-        aspect_ratio_range=ratio,
-        min_object_covered=0.0,
-        max_attempts=10,
-        use_image_if_no_bounding_boxes=True,
+    seeds = tf.random.experimental.stateless_split(seed, 4)
+    area = tf.random.stateless_uniform([count], seeds[0], *scale)
+    log_ratio = tf.random.stateless_uniform(
+        [count], seeds[1], float(np.log(ratio[0])), float(np.log(ratio[1]))
     )
-    image = tf.slice(image, begin, size)
-    return tf.image.resize(image, image_size, method="bilinear")
+    aspect = tf.cast(width, tf.float32) / tf.cast(height, tf.float32)
+    box_height = tf.minimum(tf.sqrt(area * aspect / tf.exp(log_ratio)), 1.0)
+    box_width = tf.minimum(tf.sqrt(area * tf.exp(log_ratio) / aspect), 1.0)
+    top = tf.random.stateless_uniform([count], seeds[2]) * (1.0 - box_height)
+    left = tf.random.stateless_uniform([count], seeds[3]) * (1.0 - box_width)
+    return tf.stack([top, left, top + box_height, left + box_width], axis=1)
 
 
-def _center_crop(image, image_size, crop_fraction):
-    """Resizes so the crop is `crop_fraction` of the shorter side, then crops."""
+def _random_resized_crops(images, image_size, scale, ratio, seed):
+    """A random-resized crop of every image of a `(B, H, W, C)` batch."""
+    import tensorflow as tf
+
+    shape = tf.shape(images)
+    boxes = _random_crop_boxes(shape[0], shape[1], shape[2], scale, ratio, seed)
+    return tf.image.crop_and_resize(
+        images, boxes, tf.range(shape[0]), image_size, method="bilinear"
+    )
+
+
+def _center_crop(images, image_size, crop_fraction):
+    """Resizes so the crop is `crop_fraction` of the shorter side, then crops.
+
+    Works on one image `(H, W, C)` or a batch `(B, H, W, C)`.
+    """
     import tensorflow as tf
 
     if crop_fraction >= 1.0:
-        if tuple(image.shape[:2]) == tuple(image_size):
-            return image
-        return tf.image.resize(image, image_size, method="bilinear")
+        if tuple(images.shape[-3:-1]) == tuple(image_size):
+            return images
+        return tf.image.resize(images, image_size, method="bilinear")
     height, width = image_size
     resize_to = (
         int(round(height / crop_fraction)),
         int(round(width / crop_fraction)),
     )
-    image = tf.image.resize(image, resize_to, method="bilinear")
+    images = tf.image.resize(images, resize_to, method="bilinear")
     top, left = (resize_to[0] - height) // 2, (resize_to[1] - width) // 2
-    return image[top : top + height, left : left + width]
+    return images[..., top : top + height, left : left + width, :]
 
 
 def make_pipeline(
@@ -115,6 +133,11 @@ def make_pipeline(
     batch-level `augmentation` (see `keras_vit.data.augmentation`).
     Evaluation batches: resized (and centre-cropped to `crop_fraction` of
     the image), in order. Grayscale images become RGB when `channels=3`.
+
+    Images of one static size (arrays, Fashion-MNIST, most TFDS datasets)
+    are batched first and processed a batch at a time, in a few vectorised
+    ops; images of varying sizes (folders) are cropped or resized one by
+    one before batching. Both give the same kind of batches.
 
     Args:
         dataset: `tf.data.Dataset` of `(image, integer label)`, images
@@ -151,67 +174,72 @@ def make_pipeline(
         raise ValueError(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
         )
+    image_spec = dataset.element_spec[0]
+    if image_spec.shape.rank not in (2, 3) or (
+        image_spec.shape.rank == 3 and image_spec.shape[-1] not in (1, 3, 4)
+    ):
+        raise ValueError(
+            "Images must be (H, W) or (H, W, C) with 1, 3 or 4 channels (static). "
+            f"Received shape {image_spec.shape}."
+        )
+    ratio = (3 / 4, 4 / 3)
+    per_batch = image_spec.shape.is_fully_defined()
+    random_crop = training and crop_scale is not None
+    fraction = 1.0 if training else crop_fraction  # the evaluation view
 
-    def standardise(image, label):
+    channel_axis_missing = image_spec.shape.rank == 2
+
+    def as_float(image, label):  # one image or a batch
         image = tf.cast(image, tf.float32)
-        if image.shape.rank == 2:
-            image = image[..., None]
-        have = image.shape[-1]
-        if have not in (1, 3, 4):
-            raise ValueError(
-                f"Images must have 1, 3 or 4 channels (static). Received shape {image.shape}."
-            )
-        if channels == 3:
-            image = tf.image.grayscale_to_rgb(image) if have == 1 else image[..., :3]
-        elif have != 1:
-            image = tf.image.rgb_to_grayscale(image[..., :3])
-        return image, tf.one_hot(tf.cast(label, tf.int32), num_classes)
+        return (image[..., None] if channel_axis_missing else image), label
 
-    def train_view(index, example):
-        image, label = example
+    def crop_one(index, example):
+        # Each example's crop seed comes from its position in the epoch
+        # stream, so a given seed replays the same augmented batches.
+        image, label = as_float(*example)
         crop_seed = tf.stack([tf.cast(seed, tf.int64), index])
-        image = _random_resized_crop(image, image_size, crop_scale, (3 / 4, 4 / 3), crop_seed)
-        return image, label
+        return _random_resized_crops(image[None], image_size, crop_scale, ratio, crop_seed)[0], label
 
-    def resize(image, label):
-        if tuple(image.shape[:2]) == image_size:  # nothing to do: skip the op
-            return image, label
-        return tf.image.resize(image, image_size, method="bilinear"), label
+    def view_one(image, label):
+        return _center_crop(as_float(image, label)[0], image_size, fraction), label
 
-    def eval_view(image, label):
-        return _center_crop(image, image_size, crop_fraction), label
+    def finish_batch(index, batch):
+        images, labels = as_float(*batch) if per_batch else batch
+        batch_seed = tf.stack([tf.cast(seed, tf.int64), index])
+        if per_batch and random_crop:
+            images = _random_resized_crops(images, image_size, crop_scale, ratio, batch_seed)
+        elif per_batch:
+            images = _center_crop(images, image_size, fraction)
+        have = images.shape[-1]
+        if channels == 3:
+            images = tf.image.grayscale_to_rgb(images) if have == 1 else images[..., :3]
+        elif have != 1:
+            images = tf.image.rgb_to_grayscale(images[..., :3])
+        if training and flip:
+            # One flip decision per image, seeded by the batch index.
+            flip_seed = tf.random.experimental.stateless_fold_in(batch_seed, 1)
+            flips = tf.random.stateless_uniform([tf.shape(images)[0], 1, 1, 1], flip_seed) < 0.5
+            images = tf.where(flips, tf.reverse(images, axis=[2]), images)
+        return images, tf.one_hot(tf.cast(labels, tf.int32), num_classes)
 
-    def flip_batch(index, batch):
-        # One vectorised flip decision per image, seeded by the batch index.
-        images, labels = batch
-        flips = tf.random.stateless_uniform(
-            [tf.shape(images)[0], 1, 1, 1], tf.stack([tf.cast(seed, tf.int64), index])
-        ) < 0.5
-        return tf.where(flips, tf.reverse(images, axis=[2]), images), labels
+    def counted(data):
+        return tf.data.Dataset.zip(tf.data.Dataset.counter(), data)
 
-    data = dataset.map(standardise, num_parallel_calls=tf.data.AUTOTUNE)
+    data = dataset
     if cache:
         data = data.cache()
     if training:
         buffer = shuffle_buffer or 60_000
         data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-        if crop_scale is not None:
-            # Each example's crop seed comes from its position in the epoch
-            # stream, so a given seed replays the same augmented batches.
-            data = tf.data.Dataset.zip(tf.data.Dataset.counter(), data).map(
-                train_view, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-            )
+    if not per_batch:  # varying sizes: one size per example before batching
+        if random_crop:
+            data = counted(data).map(crop_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         else:
-            data = data.map(resize, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        data = data.map(eval_view, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            data = data.map(view_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     data = data.batch(
         batch_size, drop_remainder=training if drop_remainder is None else drop_remainder
     )
-    if training and flip:
-        data = tf.data.Dataset.zip(tf.data.Dataset.counter(), data).map(
-            flip_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+    data = counted(data).map(finish_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if training and augmentation is not None:
         data = data.map(augmentation, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     options = tf.data.Options()

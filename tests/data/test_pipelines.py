@@ -132,3 +132,38 @@ def test_augmentations_change_images_and_mix_labels():
     assert batch_augmentation("none") is None
     with pytest.raises(ValueError, match="augmentation='extreme'"):
         batch_augmentation("extreme")
+
+
+def test_random_resized_crops_cover_the_scale_and_aspect_ranges():
+    from keras_vit.data.pipelines import _random_crop_boxes
+
+    boxes = _random_crop_boxes(20_000, 28, 28, (0.08, 1.0), (3 / 4, 4 / 3), tf.constant([1, 2], tf.int64)).numpy()
+    height, width = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    assert boxes.min() >= 0.0 and boxes.max() <= 1.0 + 1e-6
+    area = height * width
+    assert 0.08 - 1e-6 <= area.min() and area.max() <= 1.0 + 1e-6
+    unclipped = (height < 1) & (width < 1)
+    ratio = width[unclipped] / height[unclipped]
+    assert ratio.min() >= 3 / 4 - 1e-4 and ratio.max() <= 4 / 3 + 1e-4
+    assert abs(np.median(area[unclipped]) - 0.5) < 0.1  # uniform in area
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_fixed_and_varying_size_images_give_the_same_kind_of_batches(training):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (12, 20, 20, 1)).astype("uint8")
+    labels = rng.integers(0, 3, 12)
+    fixed = tf.data.Dataset.from_tensor_slices((images, labels))
+    # The same images with an unknown static size: the per-example path.
+    varying = tf.data.Dataset.from_generator(
+        lambda: iter(zip(images, labels)),
+        output_signature=(tf.TensorSpec((None, None, 1), tf.uint8), tf.TensorSpec((), tf.int64)),
+    )
+    kwargs = dict(image_size=16, training=training, batch_size=4, seed=1, crop_fraction=0.875)
+    a = vit_data.make_pipeline(fixed, 3, **kwargs)
+    b = vit_data.make_pipeline(varying, 3, **kwargs)
+    for (xa, ya), (xb, yb) in zip(a, b):
+        assert xa.shape == xb.shape == (4, 16, 16, 3)
+        np.testing.assert_array_equal(ya.numpy(), yb.numpy())
+        if not training:  # the same deterministic view either way
+            np.testing.assert_allclose(xa.numpy(), xb.numpy(), atol=1e-3)
