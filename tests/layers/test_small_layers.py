@@ -1,11 +1,11 @@
-"""StochasticDepth, LayerScale and TokenPooling."""
+"""StochasticDepth, LayerScale, TokenPooling and ConvStem."""
 
 import numpy as np
 import pytest
 from keras import ops
 from keras.src import testing
 
-from keras_vit.layers import LayerScale, StochasticDepth, TokenPooling
+from keras_vit.layers import ConvStem, LayerScale, StochasticDepth, TokenPooling
 
 
 class StochasticDepthTest(testing.TestCase):
@@ -91,3 +91,35 @@ class TokenPoolingTest(testing.TestCase):
             TokenPooling("token", num_prefix_tokens=0)
         with pytest.raises(ValueError, match="token_index=1"):
             TokenPooling("token", num_prefix_tokens=1, token_index=1)
+
+
+class ConvStemTest(testing.TestCase):
+    def test_layer_basics(self):
+        self.run_layer_test(
+            ConvStem,
+            init_kwargs={"filters": (4, 8)},
+            input_shape=(2, 16, 16, 3),
+            expected_output_shape=(2, 4, 4, 8),
+            expected_num_trainable_weights=6,  # 2 kernels, 2 BN gammas and betas
+            expected_num_non_trainable_weights=4,  # BN moving means and variances
+        )
+
+    def test_each_convolution_halves_the_map(self):
+        stem = ConvStem(filters=(4, 8, 16))
+        self.assertEqual(stem.stride, 8)
+        out = stem(np.random.default_rng(0).normal(size=(2, 24, 24, 1)).astype("float32"))
+        self.assertEqual(tuple(out.shape), (2, 3, 3, 16))
+        self.assertTrue(np.all(ops.convert_to_numpy(out) >= 0))  # ReLU
+
+    def test_stride_one_convolutions_keep_the_size(self):
+        stem = ConvStem(filters=(4, 8), strides=(1, 2))
+        self.assertEqual(stem.stride, 2)
+        self.assertEqual(tuple(stem(np.zeros((1, 12, 12, 3), "float32")).shape), (1, 6, 6, 8))
+        self.assertEqual(ConvStem.from_config(stem.get_config()).strides, (1, 2))
+
+    def test_bad_filters(self):
+        for filters in ((), (8, 0), "8"):
+            with pytest.raises(ValueError, match="filters="):
+                ConvStem(filters=filters)
+        with pytest.raises(ValueError, match=r"strides=\(3, 2\)"):
+            ConvStem(filters=(4, 8), strides=(3, 2))

@@ -273,3 +273,15 @@ def test_token_options_round_trip_through_config(images):
     np.testing.assert_allclose(
         ops.convert_to_numpy(clone(images)), ops.convert_to_numpy(model(images)), atol=1e-6
     )
+
+
+def test_conv_stem_feeds_the_patch_embedding(images):
+    model = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1}, stem_filters=(8, 16), include_top=False, pooling=None
+    )
+    # 16 px -> 4x4 feature map -> 16 one-pixel patches, plus the class token.
+    assert model.output_shape == (None, 17, 32)
+    assert model.get_layer("position_embedding").grid_size == (4, 4)
+    assert model.get_layer("patch_embedding").kernel.shape == (1, 1, 16, 32)
+    with pytest.raises(ValueError, match="not divisible by the stem's stride 8"):
+        keras_vit.VisionTransformer(**{**TINY, "patch_size": 1}, stem_filters=(8, 8, 8), input_shape=(20, 20, 3))

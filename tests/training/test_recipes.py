@@ -44,10 +44,15 @@ def test_bad_schedule_arguments_name_the_value():
 
 
 def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token():
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1}, stem_filters=(4,), distillation_token=True,
+        num_register_tokens=2,
+    )
     skipped = {v.path for v in no_weight_decay_variables(model)}
     assert "position_embedding/embeddings" in skipped
-    assert "class_token/token" in skipped
+    assert "class_token/token" in skipped and "distillation_token/token" in skipped
+    assert "register_tokens/tokens" in skipped
+    assert "stem/batch_norm_0/gamma" in skipped and "stem/conv_0/kernel" not in skipped
     assert "encoder_norm/gamma" in skipped and "encoderblock_0/attention_norm/beta" in skipped
     assert "encoderblock_1/attention/qkv_bias" in skipped and "head/bias" in skipped
     assert "encoderblock_0/mlp_dense_1/kernel" not in skipped
@@ -73,3 +78,6 @@ def test_recipes_compile_and_train(images):
         assert int(ops.convert_to_numpy(model.optimizer.iterations)) == 2  # 4 batches, accumulated by 2
         assert not np.allclose(model.get_layer("head").get_weights()[0], before)
     assert isinstance(RECIPES["finetune"].make_optimizer(model, 10), keras.optimizers.SGD)
+    # XLA on TensorFlow too (Keras leaves it off without an accelerator).
+    if keras.backend.backend() in ("tensorflow", "jax"):
+        assert model.jit_compile is True

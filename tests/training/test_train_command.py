@@ -69,13 +69,33 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
     with pytest.raises(SystemExit, match="already holds a finished run"):
         main(command(data, out, 2))
 
+    # Fine-tuning the run's model at a higher resolution.
+    tuned = str(tmp_path / "tuned")
+    assert main(["finetune", model, "--dataset", data, "--image-size", "24",
+                 "--epochs", "1", "--batch-size", "8", "--output-dir", tuned]) == 0
+    assert "test accuracy:" in capsys.readouterr().out
+    import keras
+
+    import keras_vit
+
+    tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))
+    assert tuned_model.input_shape == (None, 24, 24, 3)
+    assert tuned_model.get_layer("position_embedding").grid_size == (6, 6)
+    assert isinstance(tuned_model.get_layer("encoderblock_0"), keras_vit.layers.TransformerBlock)
+    for arguments, message in (
+        (["finetune", os.path.join(out, "missing.keras")], "not an existing checkpoint file"),
+        (["finetune", model, "--image-size", "30"], "image_size 30 is not a positive multiple"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            main(arguments + ["--output-dir", str(tmp_path / "bad")])
+
 
 @pytest.mark.parametrize(
     "arguments, message",
     [
         (["--dataset", "no_such_dataset_xyz"], "Unknown dataset 'no_such_dataset_xyz'"),
         (["--dataset", "/no/such/folder"], "does not exist"),
-        (["--image-size", "30"], "image_size 30 is not a positive multiple of the patch size 4"),
+        (["--image-size", "30"], r"image_size 30 is not a positive multiple of 4 \(patch size 1 x stem stride 4\)"),
         (["--recipe", "fast"], "recipe='fast'"),
         (["--augmentation", "huge"], "augmentation='huge'"),
         (["--epochs", "0"], "epochs=0"),
