@@ -284,4 +284,6 @@ def test_conv_stem_feeds_the_patch_embedding(images):
     assert model.get_layer("position_embedding").grid_size == (4, 4)
     assert model.get_layer("patch_embedding").kernel.shape == (1, 1, 16, 32)
     with pytest.raises(ValueError, match="not divisible by the stem's stride 8"):
-        keras_vit.VisionTransformer(**{**TINY, "patch_size": 1}, stem_filters=(8, 8, 8), input_shape=(20, 20, 3))
+        keras_vit.VisionTransformer(
+            **{**TINY, "patch_size": 1, "input_shape": (20, 20, 3)}, stem_filters=(8, 8, 8)
+        )
