@@ -187,35 +187,121 @@ def _evaluate(args):
 
 
 def _predict(args):
-    """Top-k classes of image files."""
+    """Top-k classes of image files, with a .keras or a .tflite model."""
     import numpy as np
     import tensorflow as tf
 
+    from keras_vit.data.pipelines import decode_for_eval
+
     try:
-        model, class_names = _load_run_model(args.model)
         missing = [p for p in args.images if not os.path.isfile(p)]
         if missing:
             raise ValueError(f"no such image file(s): {missing}")
+        if args.model.endswith(".tflite"):
+            from keras_vit.export import TFLiteModel
+
+            runner = TFLiteModel(args.model)
+            _, height, width, channels = runner.input_shape
+            class_names = runner.metadata.get("class_names")
+            outputs_logits = runner.metadata.get("output", "logits") == "logits"
+        else:
+            from keras_vit.export.graph import outputs_probabilities
+
+            model, class_names = _load_run_model(args.model)
+            height, width, channels = model.input_shape[1:]
+            runner = lambda images: model.predict(images, verbose=0)  # noqa: E731
+            outputs_logits = not outputs_probabilities(model)
     except ValueError as error:
         _fail("predict", error)
-    height, width, channels = model.input_shape[1:]
     batch = []
     for path in args.images:
         try:
-            image = tf.io.decode_image(
-                tf.io.read_file(path), channels=channels, expand_animations=False
-            )
+            batch.append(decode_for_eval(tf.io.read_file(path), (height, width), channels))
         except tf.errors.InvalidArgumentError:
             _fail("predict", f"{path!r} is not a JPEG/PNG/GIF/BMP image")
-        batch.append(tf.image.resize(tf.cast(image, tf.float32), (height, width)))
-    logits = np.asarray(model.predict(tf.stack(batch), verbose=0), "float64")
-    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
-    probabilities /= probabilities.sum(-1, keepdims=True)
+    scores = np.asarray(runner(np.stack(batch)), "float64")
+    probabilities = scores
+    if outputs_logits:
+        probabilities = np.exp(scores - scores.max(-1, keepdims=True))
+        probabilities /= probabilities.sum(-1, keepdims=True)
     for path, row in zip(args.images, probabilities):
         print(path)
         for index in np.argsort(row)[::-1][: args.top_k]:
             name = class_names[index] if class_names else str(index)
             print(f"  {name:<16} {row[index]:.3f}")
+    return 0
+
+
+def _check_images(model, dataset, count, data_dir=None):
+    """`count` evaluation images (float array) of a dataset, at the model's input size."""
+    import numpy as np
+
+    from keras_vit import data as vit_data
+
+    height, width, channels = model.input_shape[1:]
+    options = {"data_dir": data_dir} if data_dir else {}
+    test = vit_data.load(dataset, "test" if dataset == "fashion_mnist" else "train",
+                         image_size=(height, width), channels=channels,
+                         batch_size=min(count, 256), **options)
+    batches, have = [], 0
+    for images, _ in test.data:
+        batches.append(np.asarray(images))
+        have += len(batches[-1])
+        if have >= count:
+            break
+    return np.concatenate(batches)[:count]
+
+
+def _export(args):
+    """Exports a saved model as a TF Serving SavedModel or a TFLite file, then checks it."""
+    from keras_vit import export
+    from keras_vit.export.saved_model import SIGNATURES
+
+    try:
+        if args.format == "saved_model" and args.quantize != "none":
+            raise ValueError("--quantize applies to --format tflite only")
+        model, class_names = _load_run_model(args.model)
+        run_dir = os.path.dirname(os.path.abspath(args.model))
+        if args.format == "saved_model":
+            output = args.output or os.path.join(run_dir, "serving", model.name)
+            path = export.saved_model(model, output, class_names=class_names,
+                                      top_k=args.top_k, overwrite=args.overwrite)
+        else:
+            suffix = "" if args.quantize == "none" else f"_{args.quantize}"
+            output = args.output or os.path.join(run_dir, f"model{suffix}.tflite")
+            calibration = None
+            if args.quantize in ("int8", "int8_full"):
+                calibration = _check_images(model, args.dataset, args.calibration_images,
+                                            args.data_dir)
+            result = export.tflite(model, output, quantization=args.quantize,
+                                   representative_data=calibration,
+                                   calibration_count=args.calibration_images,
+                                   class_names=class_names, overwrite=args.overwrite)
+            path = result["path"]
+    except (ValueError, TypeError) as error:
+        _fail("export", error)
+    print(f"exported {args.format} to {path}")
+    if args.check_images <= 0:
+        return 0
+    images = _check_images(model, args.dataset, args.check_images, args.data_dir)
+    if args.format == "saved_model":
+        import tensorflow as tf
+
+        encoded = [tf.io.encode_png(tf.cast(tf.round(i), tf.uint8)).numpy() for i in images[:8]]
+        report = export.check_saved_model(path, model, images, encoded)
+        print(report["signatures"])
+        for signature in SIGNATURES:
+            numbers = report.get(signature)
+            if numbers:
+                print(f"{signature}: max abs error {numbers['max_abs_error']:.2e}, "
+                      f"top-1 agreement {numbers['top1_agreement']:.2%} "
+                      "(TensorFlow-only process, PredictRequest)")
+    else:
+        report = export.check_tflite(path, model, images)
+        print(f"LiteRT: {report['bytes'] / 1e6:.2f} MB, max abs error "
+              f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
+              f"on {len(images)} {args.dataset} images, {report['latency_ms']:.2f} ms/image "
+              "(2 threads)")
     return 0
 
 
@@ -327,9 +413,39 @@ def build_parser():
     evaluate.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
     evaluate.set_defaults(run=_evaluate)
 
+    export = commands.add_parser(
+        "export",
+        help="export a saved model for TF Serving (SavedModel) or the edge (TFLite)",
+        description=(
+            "Exports MODEL (a .keras file; class_names.json beside it is used) "
+            "as a TF Serving SavedModel in OUTPUT/<version>/ (float and "
+            "encoded-image signatures) or as a .tflite file (with a .json "
+            "beside it), then checks the export against the Keras model on "
+            "images of --dataset: the SavedModel in a TensorFlow-only process "
+            "through PredictRequest protos, the .tflite in the LiteRT interpreter."
+        ),
+    )
+    export.add_argument("model", metavar="MODEL", help="a .keras file")
+    export.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
+    export.add_argument("--quantize", choices=("none", "float16", "dynamic", "int8", "int8_full"),
+                        default="none", help="TFLite quantisation")
+    export.add_argument("--output", default=None,
+                        help="default: MODEL's folder, serving/NAME/ or model[_QUANT].tflite")
+    export.add_argument("--top-k", type=int, default=5)
+    export.add_argument("--dataset", default="fashion_mnist",
+                        help="images to calibrate int8 and check the export with")
+    export.add_argument("--data-dir", default=None)
+    export.add_argument("--calibration-images", type=int, default=256)
+    export.add_argument("--check-images", type=int, default=256, help="0: no check")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an existing version directory / file")
+    export.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    export.set_defaults(run=_export)
+
     predict = commands.add_parser("predict", help="top-k classes of image files")
     predict.add_argument("images", metavar="IMAGE", nargs="+")
-    predict.add_argument("--model", default="keras_vit_run/model.keras")
+    predict.add_argument("--model", default="keras_vit_run/model.keras",
+                         help="a .keras file, or a .tflite file from `keras-vit export`")
     predict.add_argument("--top-k", type=int, default=3)
     predict.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
     predict.set_defaults(run=_predict)

@@ -88,7 +88,7 @@ def _random_resized_crops(images, image_size, scale, ratio, seed):
     )
 
 
-def _center_crop(images, image_size, crop_fraction):
+def center_crop(images, image_size, crop_fraction=1.0):
     """Resizes so the crop is `crop_fraction` of the shorter side, then crops.
 
     Works on one image `(H, W, C)` or a batch `(B, H, W, C)`.
@@ -107,6 +107,64 @@ def _center_crop(images, image_size, crop_fraction):
     images = tf.image.resize(images, resize_to, method="bilinear")
     top, left = (resize_to[0] - height) // 2, (resize_to[1] - width) // 2
     return images[..., top : top + height, left : left + width, :]
+
+
+def to_channels(images, channels):
+    """Grey, grey+alpha, RGB or RGBA pixels as `channels` (1 or 3) channels.
+
+    Grey becomes RGB by repetition, RGB grey by `tf.image.rgb_to_grayscale`,
+    alpha is dropped. Works when the channel count is only known at run
+    time (decoded image bytes).
+    """
+    import tensorflow as tf
+
+    def grey(images):
+        return images[..., :1]
+
+    def colour(images):
+        return images[..., :3]
+
+    if channels == 3:
+        as_grey, as_colour = (
+            lambda: tf.image.grayscale_to_rgb(grey(images)),
+            lambda: colour(images),
+        )
+    else:
+        as_grey, as_colour = (
+            lambda: grey(images),
+            lambda: tf.image.rgb_to_grayscale(colour(images)),
+        )
+    have = images.shape[-1]
+    if have is not None:
+        return as_grey() if have < 3 else as_colour()
+    return tf.cond(tf.shape(images)[-1] < 3, as_grey, as_colour)
+
+
+def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0):
+    """Encoded image bytes as the evaluation pipeline's view of them.
+
+    Decodes JPEG/PNG/GIF/BMP bytes (the first frame of a GIF), then resizes
+    and centre-crops and converts channels exactly as `make_pipeline` does
+    for evaluation batches: float32 `(height, width, channels)` in
+    `[0, 255]`. Undecodable bytes raise `tf.errors.InvalidArgumentError`
+    when run. The exported serving signatures and `keras-vit predict`
+    use this, so served images see what evaluation saw.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> png = tf.io.encode_png(tf.zeros((10, 20, 1), tf.uint8))
+    >>> decode_for_eval(png, (8, 8), channels=3).shape
+    TensorShape([8, 8, 3])
+    """
+    import tensorflow as tf
+
+    image_size = _check_size(image_size)
+    image = tf.io.decode_image(encoded, expand_animations=False)
+    image = center_crop(tf.cast(image, tf.float32), image_size, crop_fraction)
+    image = to_channels(image, channels)
+    image.set_shape((*image_size, channels))
+    return image
 
 
 def make_pipeline(
@@ -201,7 +259,7 @@ def make_pipeline(
         return _random_resized_crops(image[None], image_size, crop_scale, ratio, crop_seed)[0], label
 
     def view_one(image, label):
-        return _center_crop(as_float(image, label)[0], image_size, fraction), label
+        return center_crop(as_float(image, label)[0], image_size, fraction), label
 
     def finish_batch(index, batch):
         images, labels = as_float(*batch) if per_batch else batch
@@ -209,12 +267,8 @@ def make_pipeline(
         if per_batch and random_crop:
             images = _random_resized_crops(images, image_size, crop_scale, ratio, batch_seed)
         elif per_batch:
-            images = _center_crop(images, image_size, fraction)
-        have = images.shape[-1]
-        if channels == 3:
-            images = tf.image.grayscale_to_rgb(images) if have == 1 else images[..., :3]
-        elif have != 1:
-            images = tf.image.rgb_to_grayscale(images[..., :3])
+            images = center_crop(images, image_size, fraction)
+        images = to_channels(images, channels)
         if training and flip:
             # One flip decision per image, seeded by the batch index.
             flip_seed = tf.random.experimental.stateless_fold_in(batch_seed, 1)

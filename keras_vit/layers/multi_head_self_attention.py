@@ -171,10 +171,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         )
         if self.use_bias:
             qkv = qkv + ops.reshape(self.qkv_bias, (-1,))
-        qkv = ops.reshape(
-            qkv, (-1, num_tokens, 3, self.num_heads, self.head_dim)
+        # An even split of the last axis (not indexing a 5-D tensor) keeps
+        # the graph inside one XNNPACK partition when converted to TFLite.
+        query, key, value = (
+            ops.reshape(part, (-1, num_tokens, self.num_heads, self.head_dim))
+            for part in ops.split(qkv, 3, axis=-1)
         )
-        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         use_dropout = bool(training) and self.dropout > 0
         if return_attention_scores or use_dropout:
             scores = self._attention_probabilities(query, key)

@@ -55,13 +55,19 @@ class TokenPooling(keras.layers.Layer):
         self.num_prefix_tokens = num_prefix_tokens
         self.token_index = token_index
 
+    def _token(self, inputs):
+        # A slice kept 3-D and then squeezed: TFLite's XNNPACK delegate does
+        # not take strided slices that drop an axis.
+        index = self.token_index
+        return ops.squeeze(inputs[:, index : index + 1], axis=1)
+
     def call(self, inputs):
         if self.mode == "token":
-            return inputs[:, self.token_index]
+            return self._token(inputs)
         average = ops.mean(inputs[:, self.num_prefix_tokens :], axis=1)
         if self.mode == "gap":
             return average
-        return ops.concatenate([inputs[:, self.token_index], average], axis=-1)
+        return ops.concatenate([self._token(inputs), average], axis=-1)
 
     def compute_output_shape(self, input_shape):
         width = input_shape[-1]

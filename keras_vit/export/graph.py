@@ -1,0 +1,123 @@
+"""The Keras model as a TensorFlow function, whatever the backend.
+
+Everything that writes TensorFlow artefacts starts here: on the TensorFlow
+backend the model is traced directly; on JAX it goes through `jax2tf`
+(Keras' `ExportArchive`), so the model's own JAX computation is what gets
+served. The torch backend has no TensorFlow path in Keras; its models are
+rebuilt on TensorFlow from a `.keras` file (see `rebuild_on_tensorflow`).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import keras
+
+
+def input_spec(model, batch_size=None):
+    """`(shape, dtype)` of the model's image input, with the given batch."""
+    if len(model.inputs) != 1:
+        raise ValueError(
+            f"`model` must have one image input; {model.name!r} has {len(model.inputs)}."
+        )
+    shape = tuple(model.inputs[0].shape[1:])
+    if len(shape) != 3 or None in shape:
+        raise ValueError(
+            "`model` must take images of a fixed `(height, width, channels)`. "
+            f"Received input shape {model.inputs[0].shape}."
+        )
+    return (batch_size, *shape), "float32"
+
+
+def outputs_probabilities(model):
+    """Whether the model ends in a softmax (else it returns logits)."""
+    last = model.layers[-1]
+    activation = getattr(last, "activation", None)
+    return activation is not None and getattr(activation, "__name__", "") == "softmax"
+
+
+def model_function(model, batch_size=None):
+    """A TensorFlow-callable `images -> model outputs` (inference mode).
+
+    Args:
+        model: a built single-input Keras model.
+        batch_size: `None` for a dynamic batch, or a fixed int.
+
+    Returns:
+        A restored SavedModel function (see `write_archive`) taking float32 images
+        `(batch, H, W, C)`; its `restored_module` holds the variables.
+    """
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as directory:
+        write_archive(model, directory, batch_size)
+        restored = tf.saved_model.load(directory)
+    serve = restored.serve
+    serve.restored_module = restored  # keeps the variables alive
+    return serve
+
+
+def write_archive(model, directory, batch_size=None):
+    """Writes the model's inference call as a SavedModel with one `serve` endpoint.
+
+    One path for both backends: Keras' `ExportArchive` (through `jax2tf` on
+    JAX), so what is exported is exactly what a SavedModel of the model
+    computes.
+    """
+    shape, dtype = input_spec(model, batch_size)
+    backend = keras.backend.backend()
+    if backend not in ("tensorflow", "jax"):
+        raise ValueError(
+            f"A TensorFlow graph of the model needs the tensorflow or jax backend, "
+            f"not {backend!r}; `rebuild_on_tensorflow` moves the model there."
+        )
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint(
+        "serve",
+        lambda images: model(images, training=False),
+        input_signature=[keras.InputSpec(shape=shape, dtype=dtype)],
+    )
+    archive.write_out(directory, verbose=False)
+
+
+def rebuild_on_tensorflow(model, command, **arguments):
+    """Runs `keras_vit.export.<command>` on the TensorFlow backend in a child process.
+
+    For backends without a direct TensorFlow path (LiteRT from JAX, anything
+    from torch): the model travels as a `.keras` file, which loads on every
+    backend, and the child calls the same export function there.
+
+    Args:
+        model: the Keras model.
+        command: the name of a function in `keras_vit.export`.
+        **arguments: JSON-serialisable keyword arguments for it.
+
+    Returns:
+        The function's JSON-serialisable result.
+    """
+    with tempfile.TemporaryDirectory(prefix="keras_vit_rebuild_") as directory:
+        model_path = os.path.join(directory, "model.keras")
+        result_path = os.path.join(directory, "result.json")
+        model.save(model_path)
+        script = (
+            "import json, sys, keras, keras_vit.export as e\n"
+            "model = keras.saving.load_model(sys.argv[1])\n"
+            "result = getattr(e, sys.argv[2])(model, **json.loads(sys.argv[3]))\n"
+            "json.dump(result, open(sys.argv[4], 'w'))\n"
+        )
+        environment = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+        done = subprocess.run(
+            [sys.executable, "-c", script, model_path, command,
+             json.dumps(arguments), result_path],
+            env=environment, capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"Rebuilding the model on TensorFlow for `{command}` failed:\n"
+                + done.stderr[-3000:]
+            )
+        with open(result_path) as f:
+            return json.load(f)

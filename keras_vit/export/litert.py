@@ -1,0 +1,347 @@
+"""TFLite / LiteRT for the edge: conversion with quantisation, and the interpreter.
+
+The `.tflite` file takes one float32 image `(1, H, W, C)` of `[0, 255]`
+pixels (the model rescales them itself) and returns what the Keras model
+returns (logits, or probabilities for a softmax head). A JSON file beside it
+(`vit.tflite` -> `vit.json`) records the input size, channels, class names
+and output kind, for `keras-vit predict --model vit.tflite` and for apps.
+"""
+
+import json
+import os
+import tempfile
+import time
+
+import keras
+import numpy as np
+
+from keras_vit.export import graph
+
+QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full")
+# Ops that "int8" leaves in float32: XNNPACK has no fast int8 kernels for
+# them on CPU (LayerNorm's pieces, GELU, softmax, the attention matmuls and
+# the element-wise glue), and int8 there costs the most accuracy. The
+# convolution and every Dense layer (~all the FLOPs) run in int8.
+FLOAT_OPS = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU", "SOFTMAX", "BATCH_MATMUL",
+             "MUL", "ADD", "NEG", "SUB")
+
+
+def metadata_path(path):
+    """The JSON file that describes a `.tflite` file."""
+    return os.path.splitext(os.fspath(path))[0] + ".json"
+
+
+def _check_quantization(quantization):
+    if quantization == "none":
+        return None
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(
+            "`quantization` must be one of None ('none'), 'float16', 'dynamic', 'int8', "
+            "'int8_full'. "
+            f"Received: quantization={quantization!r}"
+        )
+    return quantization
+
+
+def calibration_images(representative_data, image_shape, count=128):
+    """Up to `count` float32 images `(N, H, W, C)` from arrays or a tf.data pipeline.
+
+    `representative_data`: an array of images, a `.npy` file of them, or an
+    iterable (e.g. a `tf.data.Dataset`) of image batches or `(images,
+    labels)` batches, such as `keras_vit.data.load(...).data`.
+    """
+    if isinstance(representative_data, (str, os.PathLike)):
+        representative_data = np.load(representative_data)
+    if isinstance(representative_data, np.ndarray):
+        batches = [representative_data]
+    else:
+        batches, have = [], 0
+        for batch in representative_data:
+            images = batch[0] if isinstance(batch, (tuple, list)) else batch
+            batches.append(np.asarray(images))
+            have += len(batches[-1])
+            if have >= count:
+                break
+    if not batches:
+        raise ValueError("`representative_data` yielded no images.")
+    images = np.concatenate(batches)[:count].astype("float32")
+    if images.shape[1:] != tuple(image_shape):
+        raise ValueError(
+            f"`representative_data` images must be {tuple(image_shape)} like the "
+            f"model's input. Received images of shape {images.shape[1:]}."
+        )
+    return images
+
+
+def _convert(model, quantization, calibration, allow_flex):
+    import tensorflow as tf
+
+    with tempfile.TemporaryDirectory(prefix="keras_vit_tflite_") as directory:
+        # A static batch of one: TFLite's kernels and delegates want static shapes.
+        graph.write_archive(model, directory, batch_size=1)
+        converter = tf.lite.TFLiteConverter.from_saved_model(directory, signature_keys=["serve"])
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantization is not None:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantization == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        elif quantization in ("int8", "int8_full"):
+
+            def representative_dataset():
+                for image in calibration:
+                    yield [image[None]]
+
+            converter.representative_dataset = representative_dataset
+        if quantization == "int8_full":
+            ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        if allow_flex:
+            ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
+        converter.target_spec.supported_ops = ops
+        if quantization == "int8":
+            # The public way to quantise all but some op types.
+            debugger = tf.lite.experimental.QuantizationDebugger(
+                converter=converter,
+                debug_dataset=converter.representative_dataset,
+                debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                    denylisted_ops=list(FLOAT_OPS)
+                ),
+            )
+            return debugger.get_nondebug_quantized_model()
+        try:
+            return converter.convert()
+        except Exception as error:  # the converter raises its own ConverterError
+            if "Select TF" in str(error) or "not supported" in str(error):
+                raise ValueError(
+                    "The model needs TensorFlow ops that TFLite lacks (Flex / Select TF ops), "
+                    "which the standard LiteRT runtime cannot run. Build the model with "
+                    "`approximate_gelu=True` (tanh GELU), or pass `allow_flex=True` "
+                    f"to link the Flex delegate. Converter said: {str(error)[-1500:]}"
+                ) from None
+            raise
+
+
+def op_counts(path_or_content):
+    """`{op name: count}` of a `.tflite` model's graph (before delegation)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    content = _read(path_or_content)
+    interpreter = Interpreter(model_content=content, experimental_preserve_all_tensors=False,
+                              experimental_op_resolver_type=_no_delegate())
+    counts = {}
+    for op in interpreter._get_ops_details():
+        counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def delegate_partitions(path_or_content, num_threads=2):
+    """How many pieces the default CPU delegate (XNNPACK) runs the graph in.
+
+    1 means XNNPACK runs the whole graph; each op it cannot take splits the
+    graph, and the ops between pieces run in TFLite's own slower kernels.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=_read(path_or_content), num_threads=num_threads)
+    interpreter.allocate_tensors()
+    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
+
+
+def _no_delegate():
+    from ai_edge_litert.interpreter import OpResolverType
+
+    return OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+
+
+def _read(path_or_content):
+    if isinstance(path_or_content, bytes):
+        return path_or_content
+    with open(path_or_content, "rb") as f:
+        return f.read()
+
+
+def tflite(
+    model,
+    path,
+    *,
+    quantization=None,
+    representative_data=None,
+    calibration_count=128,
+    class_names=None,
+    overwrite=False,
+    allow_flex=False,
+):
+    """Converts `model` to a TFLite / LiteRT flatbuffer.
+
+    Args:
+        model: a Keras image classifier with one fixed-size image input.
+        path: the `.tflite` file to write (and `<name>.json` beside it).
+        quantization: `None` (float32), `"float16"` (weights), `"dynamic"`
+            (int8 weights, activations quantised on the fly), `"int8"`
+            (int8 weights and calibrated int8 activations for the
+            convolution and every Dense layer; LayerNorm, GELU, softmax and
+            the attention matmuls stay float32, see `FLOAT_OPS`: the fastest
+            on CPUs) or `"int8_full"` (every op int8, for integer-only
+            accelerators; slower on CPUs and less accurate). Both int8
+            modes need `representative_data`. The input and output stay
+            float32 in every mode.
+        representative_data: images for the int8 calibration: an array,
+            a `.npy` path, or a pipeline of batches (e.g.
+            `keras_vit.data.load("fashion_mnist", image_size=28).data`).
+        calibration_count: how many images calibrate `"int8"`.
+        class_names: optional class names for the metadata file.
+        overwrite: bool, replace an existing file.
+        allow_flex: bool, allow Select-TF (Flex) ops; off by default, so a
+            graph the plain LiteRT runtime cannot run fails here, loudly.
+
+    Returns:
+        dict: `path`, `metadata_path`, `bytes`, `quantization`, `op_counts`.
+
+    Example:
+
+    ```python
+    keras_vit.export.tflite(model, "vit.tflite", quantization="dynamic")
+    ```
+    """
+    quantization = _check_quantization(quantization)
+    path = os.fspath(path)
+    if not path.endswith(".tflite"):
+        raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
+    if os.path.exists(path) and not overwrite:
+        raise ValueError(f"{path!r} exists; pass `overwrite=True` (`--overwrite`) to replace it.")
+    (_, *image_shape), _ = graph.input_spec(model)
+    classes = model.outputs[0].shape[-1]
+    if class_names is not None:
+        from keras_vit.export.saved_model import _check_class_names
+
+        class_names = _check_class_names(class_names, classes)
+    calibration = None
+    if quantization in ("int8", "int8_full"):
+        if representative_data is None:
+            raise ValueError(
+                f"`quantization={quantization!r}` needs `representative_data` (images from the "
+                "training pipeline) to calibrate the activation ranges."
+            )
+        calibration = calibration_images(representative_data, image_shape, calibration_count)
+    if keras.backend.backend() != "tensorflow":
+        # jax2tf graphs hold XLA calls that TFLite cannot convert: rebuild on TF.
+        with tempfile.TemporaryDirectory(prefix="keras_vit_calibration_") as directory:
+            arguments = dict(path=path, quantization=quantization, class_names=class_names,
+                             overwrite=overwrite, allow_flex=allow_flex)
+            if calibration is not None:
+                arguments["representative_data"] = os.path.join(directory, "images.npy")
+                np.save(arguments["representative_data"], calibration)
+                arguments["calibration_count"] = len(calibration)
+            return graph.rebuild_on_tensorflow(model, "tflite", **arguments)
+
+    content = _convert(model, quantization, calibration, allow_flex)
+    counts = op_counts(content)
+    flex = sorted(name for name in counts if name.startswith("Flex") or name == "CUSTOM")
+    if flex and not allow_flex:
+        raise ValueError(f"The converted graph holds Flex/custom ops {flex}; not written.")
+    (height, width, channels) = image_shape
+    metadata = {
+        "format": "keras_vit.tflite/1",
+        "model_name": model.name,
+        "image_size": [height, width],
+        "channels": channels,
+        "input": "float32 (1, height, width, channels), pixels in [0, 255]",
+        "output": "probabilities" if graph.outputs_probabilities(model) else "logits",
+        "classes": classes,
+        "class_names": class_names,
+        "quantization": quantization or "none",
+        "exported_from_backend": keras.backend.backend(),
+    }
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    for target, data, mode in ((path, content, "wb"),
+                               (metadata_path(path), json.dumps(metadata, indent=2), "w")):
+        # Written aside and renamed in: a failure never leaves half a file.
+        with tempfile.NamedTemporaryFile(mode, dir=directory, delete=False, suffix=".partial") as f:
+            f.write(data)
+        os.replace(f.name, target)
+    return {
+        "path": path,
+        "metadata_path": metadata_path(path),
+        "bytes": len(content),
+        "quantization": quantization or "none",
+        "op_counts": counts,
+    }
+
+
+class TFLiteModel:
+    """A `.tflite` file in the LiteRT interpreter, called like a model.
+
+    Args:
+        path: the `.tflite` file (its `.json` metadata is read when present).
+        num_threads: int, CPU threads (XNNPACK).
+
+    Example:
+
+    ```python
+    runner = keras_vit.export.TFLiteModel("vit.tflite", num_threads=2)
+    scores = runner(images)          # (N, classes), one image at a time
+    ```
+    """
+
+    def __init__(self, path, num_threads=2):
+        from ai_edge_litert.interpreter import Interpreter
+
+        if not os.path.isfile(path):
+            raise ValueError(f"no such TFLite file: {path!r}")
+        self.path = os.fspath(path)
+        self.metadata = {}
+        if os.path.isfile(metadata_path(path)):
+            with open(metadata_path(path)) as f:
+                self.metadata = json.load(f)
+        try:
+            self.interpreter = Interpreter(model_path=self.path, num_threads=num_threads)
+        except ValueError as error:
+            raise ValueError(f"{path!r} is not a TFLite model the runtime can load: {error}") from None
+        self.interpreter.allocate_tensors()
+        self._input = self.interpreter.get_input_details()[0]
+        self._output = self.interpreter.get_output_details()[0]
+        self.input_shape = tuple(int(d) for d in self._input["shape"])
+
+    def predict_one(self, image):
+        """The output row for one image `(H, W, C)` (or `(1, H, W, C)`)."""
+        image = np.asarray(image, "float32").reshape(self.input_shape)
+        self.interpreter.set_tensor(self._input["index"], image)
+        self.interpreter.invoke()
+        return self.interpreter.get_tensor(self._output["index"])[0].copy()
+
+    def __call__(self, images):
+        return np.stack([self.predict_one(image) for image in np.asarray(images)])
+
+    def latency_ms(self, image, runs=50, warmup=5):
+        """Median wall time of one `invoke` on one image, in milliseconds."""
+        image = np.asarray(image, "float32").reshape(self.input_shape)
+        times = []
+        for index in range(warmup + runs):
+            self.interpreter.set_tensor(self._input["index"], image)
+            start = time.perf_counter()
+            self.interpreter.invoke()
+            if index >= warmup:
+                times.append((time.perf_counter() - start) * 1000)
+        return float(np.median(times))
+
+
+def check_tflite(path, model, images, num_threads=2, latency_runs=50):
+    """Runs a `.tflite` file in LiteRT and compares it with the Keras model.
+
+    Returns:
+        dict: `max_abs_error` and `top1_agreement` against `model` on
+        `images`, `bytes` (file size), `latency_ms` (median, one image,
+        `num_threads` threads) and `xnnpack_partitions`
+        (`delegate_partitions`).
+    """
+    images = np.asarray(images, "float32")
+    runner = TFLiteModel(path, num_threads=num_threads)
+    served = runner(images)
+    expected = np.asarray(model.predict(images, verbose=0), "float32")
+    return {
+        "max_abs_error": float(np.max(np.abs(served - expected))),
+        "top1_agreement": float(np.mean(served.argmax(-1) == expected.argmax(-1))),
+        "bytes": os.path.getsize(path),
+        "latency_ms": runner.latency_ms(images[0], runs=latency_runs),
+        "xnnpack_partitions": delegate_partitions(path, num_threads),
+    }

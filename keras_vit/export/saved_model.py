@@ -1,0 +1,359 @@
+"""SavedModel for TF Serving: float or encoded-image signatures, named outputs.
+
+The exported directory is what `tensorflow/serving` loads from
+`MODEL_DIR/<version>/`; it needs nothing from this package at serving time.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+
+from keras_vit.export import graph
+
+METADATA_FILE = "keras_vit.json"
+WARMUP_FILE = "tf_serving_warmup_requests"
+SIGNATURES = ("serving_default", "serving_bytes")
+
+
+def _check_class_names(class_names, classes):
+    if class_names is None:
+        return None
+    if isinstance(class_names, str) or not all(isinstance(n, str) for n in class_names):
+        raise TypeError(
+            f"`class_names` must be a sequence of str. Received: class_names={class_names!r}"
+        )
+    if len(class_names) != classes:
+        raise ValueError(
+            f"`class_names` has {len(class_names)} names for a model with {classes} "
+            f"classes. Received: class_names={list(class_names)!r}"
+        )
+    return list(class_names)
+
+
+def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5):
+    """What a client needs to prepare inputs and read outputs, as a dict.
+
+    Written into the SavedModel as `assets.extra/keras_vit.json`.
+    """
+    import keras_vit
+
+    (_, height, width, channels), _ = graph.input_spec(model)
+    classes = model.outputs[0].shape[-1]
+    return {
+        "format": "keras_vit.saved_model/1",
+        "model_name": model.name,
+        "keras_vit_version": keras_vit.__version__,
+        "exported_from_backend": keras.backend.backend(),
+        "image_size": [height, width],
+        "channels": channels,
+        "float_input": "serving_default: float32 (batch, height, width, channels), "
+        "RGB (or grey) pixels in [0, 255]; the model rescales them itself",
+        "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP bytes; "
+        "decoded, resized (bilinear) and centre-cropped in the graph",
+        "resize_method": "bilinear",
+        "crop_fraction": crop_fraction,
+        "classes": classes,
+        "top_k": min(top_k, classes),
+        "class_names": class_names,
+        "outputs": ["probabilities", "top_k_scores", "top_k_classes"]
+        + (["top_k_names"] if class_names else []),
+    }
+
+
+def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5):
+    """A `tf.Module` with the two serving signatures around `model`.
+
+    `serving_default(images)` takes float32 pixels `(batch, H, W, C)` in
+    `[0, 255]`; `serving_bytes(image_bytes)` takes a string batch of encoded
+    images and prepares them like the evaluation pipeline
+    (`keras_vit.data.pipelines.decode_for_eval`). Both return
+    `probabilities`, `top_k_scores` and `top_k_classes` (and `top_k_names`
+    when class names are given).
+    """
+    import tensorflow as tf
+
+    from keras_vit.data.pipelines import decode_for_eval
+
+    call = graph.model_function(model)
+    (_, height, width, channels), _ = graph.input_spec(model)
+    softmax_inside = graph.outputs_probabilities(model)
+    classes = model.outputs[0].shape[-1]
+    k = min(top_k, classes)
+    module = tf.Module()
+    module.model = call.restored_module
+
+    def outputs(images):
+        scores = call(images)
+        probabilities = scores if softmax_inside else tf.nn.softmax(scores, axis=-1)
+        top = tf.math.top_k(probabilities, k=k)
+        result = {
+            "probabilities": probabilities,
+            "top_k_scores": top.values,
+            "top_k_classes": top.indices,
+        }
+        if class_names:
+            result["top_k_names"] = tf.gather(tf.constant(class_names), top.indices)
+        return result
+
+    @tf.function(input_signature=[
+        tf.TensorSpec((None, height, width, channels), tf.float32, name="images")
+    ])
+    def serving_default(images):
+        return outputs(images)
+
+    @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="image_bytes")])
+    def serving_bytes(image_bytes):
+        images = tf.map_fn(
+            lambda encoded: decode_for_eval(
+                encoded, (height, width), channels, crop_fraction
+            ),
+            image_bytes,
+            fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32),
+        )
+        return outputs(images)
+
+    module.serving_default = serving_default
+    module.serving_bytes = serving_bytes
+    return module
+
+
+def _version_directory(export_dir, version):
+    """`(model_dir, version_dir)`: the version is the last path part or the next free one."""
+    export_dir = os.fspath(export_dir)
+    if version is not None:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise ValueError(
+                f"`version` must be a positive int. Received: version={version!r}"
+            )
+        return export_dir, os.path.join(export_dir, str(version))
+    head, tail = os.path.split(os.path.normpath(export_dir))
+    if tail.isdigit():
+        return head, export_dir
+    existing = [
+        int(name) for name in (os.listdir(export_dir) if os.path.isdir(export_dir) else [])
+        if name.isdigit()
+    ]
+    return export_dir, os.path.join(export_dir, str(max(existing, default=0) + 1))
+
+
+def _write_warmup(path, height, width, channels):
+    """TF Serving's warm-up log: one Predict request per signature, batch of 1."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    grey = np.full((1, height, width, channels), 128, np.uint8)
+    encoded = tf.io.encode_png(tf.constant(grey[0])).numpy()
+    requests = {
+        "serving_default": ("images", tf.make_tensor_proto(grey.astype(np.float32))),
+        "serving_bytes": ("image_bytes", tf.make_tensor_proto([encoded])),
+    }
+    with tf.io.TFRecordWriter(path) as writer:
+        for signature, (name, tensor) in requests.items():
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(signature_name=signature)
+            )
+            request.inputs[name].CopyFrom(tensor)
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=request)
+            )
+            writer.write(log.SerializeToString())
+
+
+def saved_model(
+    model,
+    export_dir,
+    *,
+    version=None,
+    class_names=None,
+    crop_fraction=1.0,
+    top_k=5,
+    overwrite=False,
+    warmup=True,
+):
+    """Exports `model` for TF Serving into `MODEL_DIR/<version>/`.
+
+    Works from the TensorFlow and the JAX backend (through `jax2tf`); on
+    torch the model is rebuilt on TensorFlow in a child process. The
+    version directory is written next to its final place and renamed in
+    when complete, so a server watching `MODEL_DIR` never sees half a model,
+    and an existing version is never touched unless `overwrite=True`.
+
+    Signatures (see `serving_module`): `serving_default` (float pixels) and
+    `serving_bytes` (encoded images), both returning `probabilities`,
+    `top_k_scores`, `top_k_classes` (and `top_k_names`). The preprocessing
+    a client needs is in `assets.extra/keras_vit.json`; TF Serving's
+    warm-up requests in `assets.extra/tf_serving_warmup_requests`.
+
+    Args:
+        model: a Keras image classifier with one fixed-size image input.
+        export_dir: the model directory (`serving/vit`, the next version is
+            used), or a version directory (`serving/vit/3`).
+        version: int, the version, when `export_dir` is the model directory.
+        class_names: optional names of the classes, served as `top_k_names`.
+        crop_fraction: the evaluation centre crop applied to encoded images.
+        top_k: int, how many classes `top_k_*` hold (at most `classes`).
+        overwrite: bool, replace an existing non-empty version directory.
+        warmup: bool, write TF Serving warm-up requests.
+
+    Returns:
+        The version directory written, as a str.
+
+    Example:
+
+    ```python
+    model = keras_vit.VisionTransformer(...)
+    path = keras_vit.export.saved_model(model, "serving/vit", class_names=names)
+    # docker run -p 8501:8501 -v $PWD/serving/vit:/models/vit \\
+    #     -e MODEL_NAME=vit tensorflow/serving
+    ```
+    """
+    classes = model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
+    if not isinstance(model, keras.Model) or classes is None:
+        raise TypeError(f"`model` must be a built Keras model. Received: model={model!r}")
+    graph.input_spec(model)
+    class_names = _check_class_names(class_names, classes)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(f"`top_k` must be a positive int. Received: top_k={top_k!r}")
+    if not 0.0 < crop_fraction <= 1.0:
+        raise ValueError(
+            f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
+        )
+    model_dir, version_dir = _version_directory(export_dir, version)
+    if os.path.isdir(version_dir) and os.listdir(version_dir) and not overwrite:
+        raise ValueError(
+            f"The version directory {version_dir!r} exists and is not empty; "
+            "pass `overwrite=True` (`--overwrite`) to replace it, or another `version`."
+        )
+    if os.path.exists(version_dir) and not os.path.isdir(version_dir):
+        raise ValueError(f"{version_dir!r} exists and is not a directory.")
+    if keras.backend.backend() not in ("tensorflow", "jax"):
+        return graph.rebuild_on_tensorflow(
+            model, "saved_model", export_dir=version_dir, class_names=class_names,
+            crop_fraction=crop_fraction, top_k=top_k, overwrite=overwrite, warmup=warmup,
+        )
+
+    import tensorflow as tf
+
+    module = serving_module(model, class_names, crop_fraction, top_k)
+    metadata = serving_metadata(model, class_names, crop_fraction, top_k)
+    os.makedirs(model_dir, exist_ok=True)
+    # Dot-prefixed: TF Serving ignores non-numeric names while it is written.
+    staging = tempfile.mkdtemp(prefix=".keras_vit_partial_", dir=model_dir)
+    try:
+        tf.saved_model.save(
+            module, staging,
+            signatures={name: getattr(module, name) for name in SIGNATURES},
+            # Serving needs no gradients, and jax2tf's cannot be saved again.
+            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
+        )
+        extra = os.path.join(staging, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        with open(os.path.join(extra, METADATA_FILE), "w") as f:
+            json.dump(metadata, f, indent=2)
+        if warmup:
+            (_, height, width, channels), _ = graph.input_spec(model)
+            _write_warmup(os.path.join(extra, WARMUP_FILE), height, width, channels)
+        if os.path.isdir(version_dir):
+            replaced = version_dir + ".replaced"
+            os.rename(version_dir, replaced)
+            os.rename(staging, version_dir)
+            shutil.rmtree(replaced)
+        else:
+            os.rename(staging, version_dir)
+    finally:
+        if os.path.isdir(staging):
+            shutil.rmtree(staging)
+    return version_dir
+
+
+def _keras_probabilities(model, images):
+    import numpy as np
+
+    scores = np.asarray(model.predict(np.asarray(images, "float32"), verbose=0), "float64")
+    if graph.outputs_probabilities(model):
+        return scores
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    return scores / scores.sum(-1, keepdims=True)
+
+
+def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0):
+    """Serves an export from a TensorFlow-only process and compares it with Keras.
+
+    A fresh interpreter that imports only TensorFlow (`tf_only.py`) loads
+    `version_dir`, sends each signature a `PredictRequest` (float `images`
+    to `serving_default`, `encoded_images` to `serving_bytes`) and returns
+    the responses; the same inputs go through `model` here (encoded images
+    decoded by `decode_for_eval`, as the graph does).
+
+    Args:
+        version_dir: the exported version directory.
+        model: the Keras model that was exported.
+        images: float array `(N, H, W, C)` of `[0, 255]` pixels.
+        encoded_images: sequence of JPEG/PNG bytes.
+        crop_fraction: the crop the export was made with.
+
+    Returns:
+        dict: `signatures` (the table), per signature
+        `{"max_abs_error", "top1_agreement", "top_k_classes"}`, `errors`
+        (the requests the server refused, with its message) and
+        `keras_vit_imported` (False: the server needs only TensorFlow).
+    """
+    import base64
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from keras_vit.export import tf_only
+
+    images = np.asarray(images, "float32")
+    expected = {"serving_default": _keras_probabilities(model, images)}
+    requests = {}
+    with tempfile.TemporaryDirectory(prefix="keras_vit_check_") as directory:
+        np.save(os.path.join(directory, "images.npy"), images)
+        requests["serving_default"] = {"images": {"npy": os.path.join(directory, "images.npy")}}
+        if len(encoded_images):
+            import tensorflow as tf
+
+            from keras_vit.data.pipelines import decode_for_eval
+
+            (_, height, width, channels), _ = graph.input_spec(model)
+            try:
+                decoded = np.stack([
+                    decode_for_eval(tf.constant(e), (height, width), channels, crop_fraction)
+                    for e in encoded_images
+                ])
+                expected["serving_bytes"] = _keras_probabilities(model, decoded)
+            except tf.errors.InvalidArgumentError:
+                pass  # undecodable: the server must refuse the request too
+            requests["serving_bytes"] = {"image_bytes": {
+                "base64": [base64.b64encode(e).decode() for e in encoded_images]
+            }}
+        requests_path = os.path.join(directory, "requests.json")
+        outputs_path = os.path.join(directory, "outputs.npz")
+        with open(requests_path, "w") as f:
+            json.dump(requests, f)
+        script = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", script, tf_only.__file__,
+             version_dir, requests_path, outputs_path],
+            capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"The TensorFlow-only serving process failed:\n{done.stderr[-3000:]}")
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        served = dict(np.load(outputs_path))
+    for signature, reference in expected.items():
+        if signature in report["errors"]:
+            continue
+        probabilities = served[f"{signature}/probabilities"]
+        report[signature] = {
+            "max_abs_error": float(np.max(np.abs(probabilities - reference))),
+            "top1_agreement": float(np.mean(probabilities.argmax(-1) == reference.argmax(-1))),
+            "top_k_classes": served[f"{signature}/top_k_classes"].tolist(),
+        }
+    return report
