@@ -143,9 +143,9 @@ def to_channels(images, channels):
 def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0):
     """Encoded image bytes as the evaluation pipeline's view of them.
 
-    Decodes JPEG/PNG/GIF/BMP bytes (the first frame of a GIF), then resizes
-    and centre-crops and converts channels exactly as `make_pipeline` does
-    for evaluation batches: float32 `(height, width, channels)` in
+    Decodes JPEG/PNG/GIF/BMP bytes (the first frame of a GIF), converts the
+    channels, then resizes and centre-crops exactly as the evaluation
+    batches of `from_folder` do: float32 `(height, width, channels)` in
     `[0, 255]`. Undecodable bytes raise `tf.errors.InvalidArgumentError`
     when run. The exported serving signatures and `keras-vit predict`
     use this, so served images see what evaluation saw.
@@ -161,8 +161,8 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0):
 
     image_size = _check_size(image_size)
     image = tf.io.decode_image(encoded, expand_animations=False)
-    image = center_crop(tf.cast(image, tf.float32), image_size, crop_fraction)
-    image = to_channels(image, channels)
+    image = to_channels(tf.cast(image, tf.float32), channels)
+    image = center_crop(image, image_size, crop_fraction)
     image.set_shape((*image_size, channels))
     return image
 
@@ -438,10 +438,14 @@ def from_folder(directory, **kwargs):
             directory, skipped,
         )
 
+    channels = kwargs.get("channels", 3)
+
     def decode(path, label):
-        image = tf.io.decode_image(
-            tf.io.read_file(path), channels=3, expand_animations=False
-        )
+        # Native channels first, then the model's: a grey file stays exact
+        # for a grey model (a round trip through RGB would scale it by 0.9999).
+        image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
+        image = to_channels(tf.cast(image, tf.float32), channels)
+        image.set_shape((None, None, channels))
         return image, label
 
     dataset = (

@@ -167,3 +167,26 @@ def test_fixed_and_varying_size_images_give_the_same_kind_of_batches(training):
         np.testing.assert_array_equal(ya.numpy(), yb.numpy())
         if not training:  # the same deterministic view either way
             np.testing.assert_allclose(xa.numpy(), xb.numpy(), atol=1e-3)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_decoding_bytes_for_serving_matches_the_evaluation_pipeline(tmp_path, channels):
+    """The exported bytes signature and `predict` see what evaluation saw."""
+    from keras_vit.data.pipelines import decode_for_eval, list_image_folder
+
+    rng = np.random.default_rng(0)
+    for name, shape in (("grey", (20, 24, 1)), ("rgb", (16, 16, 3)), ("rgba", (30, 18, 4))):
+        os.makedirs(tmp_path / name)
+        pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+        (tmp_path / name / "0.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    evaluation = vit_data.from_folder(
+        str(tmp_path), image_size=12, channels=channels, crop_fraction=0.875, batch_size=3
+    )
+    batch = next(iter(evaluation.data))[0].numpy()
+    paths = list_image_folder(str(tmp_path))[0]
+    decoded = np.stack([
+        decode_for_eval(tf.io.read_file(path), 12, channels, crop_fraction=0.875)
+        for path in paths
+    ])
+    assert decoded.shape == (3, 12, 12, channels)
+    np.testing.assert_allclose(decoded, batch, atol=1e-4)
