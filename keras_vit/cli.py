@@ -305,6 +305,36 @@ def _export(args):
     return 0
 
 
+def _inspect(args):
+    """Writes the paper's inspection figures for a model and some images."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_vit import inspect as vit_inspect
+    from keras_vit.data.pipelines import decode_for_eval
+
+    try:
+        missing = [p for p in args.images if not os.path.isfile(p)]
+        if missing:
+            raise ValueError(f"no such image file(s): {missing}")
+        model, _ = _load_run_model(args.model)
+        vit_inspect.token_layout(model)  # a ViT of this package, or a clear error
+    except ValueError as error:
+        _fail("inspect", error)
+    height, width, channels = model.input_shape[1:]
+    images = []
+    for path in args.images:
+        try:
+            images.append(decode_for_eval(tf.io.read_file(path), (height, width), channels))
+        except tf.errors.InvalidArgumentError:
+            _fail("inspect", f"{path!r} is not a JPEG/PNG/GIF/BMP image")
+    titles = [os.path.basename(p) for p in args.images]
+    paths = vit_inspect.write_figures(model, np.stack(images), args.out, titles)
+    for name, path in paths.items():
+        print(f"  {name:<20} {path}")
+    return 0
+
+
 def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
     """The data, schedule and output options that `train` and `finetune` share."""
     parser.add_argument("--dataset", default="fashion_mnist",
@@ -441,6 +471,23 @@ def build_parser():
                         help="replace an existing version directory / file")
     export.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
     export.set_defaults(run=_export)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="attention rollout, attention distance, position and filter figures",
+        description=(
+            "Writes the figures of the paper's section 4.5 for MODEL as PNGs in "
+            "--out: attention rollout over each IMAGE, mean attention distance "
+            "of every head against depth (over the given images), "
+            "position-embedding similarity, and the patch filters' principal "
+            "components (models without a convolutional stem)."
+        ),
+    )
+    inspect.add_argument("model", metavar="MODEL", help="a .keras file")
+    inspect.add_argument("images", metavar="IMAGE", nargs="+")
+    inspect.add_argument("--out", default="keras_vit_inspect")
+    inspect.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    inspect.set_defaults(run=_inspect)
 
     predict = commands.add_parser("predict", help="top-k classes of image files")
     predict.add_argument("images", metavar="IMAGE", nargs="+")

@@ -15,3 +15,18 @@ def test_quickstart_example_trains_and_takes_the_model_apart():
     assert accuracy > 0.4, out  # 2 epochs on 10k images; chance is 0.1
     assert "encoderblock_3: (2, 17, 64)" in out
     assert "attention of block 1: (2, 4, 17, 17) rows sum to 1.00000" in out
+
+
+def test_inspect_example_trains_a_plain_vit_and_writes_the_figures(tmp_path):
+    path = os.path.join(ROOT, "examples", "inspect_vit.py")
+    out = run_python(
+        f"import sys; sys.argv = ['inspect_vit.py', '--model', {str(tmp_path / 'none.keras')!r}, "
+        f"'--out', {str(tmp_path / 'figures')!r}, '--epochs', '1', '--limit', '2048']; "
+        f"exec(open({path!r}).read())"
+    )
+    assert "1 prefix token(s), 7x7 patches of 4x4 px" in out
+    rows = re.findall(r"layer \d: +([0-9. ]+)", out)
+    assert len(rows) == 4 and all(len(row.split()) == 4 for row in rows)
+    for name in ("attention_rollout", "attention_distance", "position_similarity",
+                 "embedding_filters"):
+        assert os.path.getsize(tmp_path / "figures" / f"{name}.png") > 2000

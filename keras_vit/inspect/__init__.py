@@ -1,0 +1,59 @@
+"""Inspecting a ViT (paper section 4.5): attention, distances, embeddings.
+
+```python
+from keras_vit import inspect as vit_inspect
+
+attention = vit_inspect.attention_maps(model, images)      # (layers, B, heads, T, T)
+prefix, grid, patch = vit_inspect.token_layout(model)
+heat = vit_inspect.attention_rollout(attention, prefix, grid)
+distance = vit_inspect.mean_attention_distance(attention, grid, patch, prefix)
+```
+"""
+
+from keras_vit.inspect.figures import (
+    attention_distance_plot,
+    embedding_filter_grid,
+    position_similarity_grid,
+    rollout_overlay,
+    save,
+)
+from keras_vit.inspect.maps import (
+    attention_maps,
+    block_inputs_model,
+    attention_rollout,
+    embedding_filters,
+    mean_attention_distance,
+    patch_distances,
+    position_similarity,
+    token_layout,
+)
+
+
+def write_figures(model, images, out_dir, titles=None):
+    """Writes the figures of section 4.5 for `model` on `images` as PNGs.
+
+    Attention rollout over the images, mean attention distance per head and
+    layer, position-embedding similarity and (without a convolutional stem)
+    the patch filters' principal components.
+
+    Returns:
+        dict of figure name -> path.
+    """
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    prefix, grid, patch = token_layout(model)
+    attention = attention_maps(model, images)
+    paths = {
+        "attention_rollout": rollout_overlay(
+            images, attention_rollout(attention, prefix, grid), titles
+        ),
+        "attention_distance": attention_distance_plot(
+            mean_attention_distance(attention, grid, patch, prefix)
+        ),
+        "position_similarity": position_similarity_grid(position_similarity(model)),
+    }
+    if not any(layer.name == "stem" for layer in model.layers):  # filters act on pixels
+        paths["embedding_filters"] = embedding_filter_grid(embedding_filters(model))
+    return {name: save(figure, os.path.join(out_dir, f"{name}.png"))
+            for name, figure in paths.items()}

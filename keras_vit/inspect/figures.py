@@ -1,0 +1,95 @@
+"""Matplotlib figures over the arrays of `keras_vit.inspect.maps`.
+
+Each function returns a `matplotlib.figure.Figure` (headless: the Agg
+backend); `save(figure, path)` writes it as a PNG.
+"""
+
+import numpy as np
+
+
+def _figure(rows, cols, size=2.0):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+    for axis in axes.ravel():
+        axis.set_xticks([])
+        axis.set_yticks([])
+    return figure, axes
+
+
+def _display(image):
+    image = np.asarray(image, "float32")
+    image = (image - image.min()) / max(float(image.max() - image.min()), 1e-12)
+    return image[..., 0] if image.shape[-1] == 1 else image
+
+
+def rollout_overlay(images, rollouts, titles=None):
+    """Each image beside its attention rollout, upsampled and laid over it."""
+    import tensorflow as tf
+
+    figure, axes = _figure(len(images), 2, size=2.5)
+    for row, (image, rollout) in enumerate(zip(images, rollouts)):
+        shown = _display(image)
+        heat = tf.image.resize(np.asarray(rollout, "float32")[..., None], shown.shape[:2],
+                               method="bilinear").numpy()[..., 0]
+        cmap = "gray" if shown.ndim == 2 else None
+        axes[row, 0].imshow(shown, cmap=cmap)
+        axes[row, 1].imshow(shown, cmap=cmap)
+        axes[row, 1].imshow(heat, cmap="inferno", alpha=0.6)
+        if titles is not None:
+            axes[row, 0].set_title(titles[row], fontsize=9)
+        axes[row, 1].set_title("attention rollout", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def attention_distance_plot(distances):
+    """Mean attention distance of every head against depth (paper Fig. 7, right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    distances = np.asarray(distances)
+    figure, axis = plt.subplots(figsize=(4, 3.5))
+    for head in range(distances.shape[1]):
+        axis.scatter(np.arange(distances.shape[0]), distances[:, head], s=14, label=f"head {head}")
+    axis.set_xlabel("network depth (layer)")
+    axis.set_ylabel("mean attention distance (pixels)")
+    if distances.shape[1] <= 8:
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def position_similarity_grid(similarity):
+    """One small similarity map per position, laid out like the grid (paper Fig. 10)."""
+    rows, cols = similarity.shape[:2]
+    figure, axes = _figure(rows, cols, size=0.8)
+    for i in range(rows):
+        for j in range(cols):
+            axes[i, j].imshow(similarity[i, j], cmap="viridis", vmin=-1, vmax=1)
+    figure.suptitle("position embedding similarity")
+    return figure
+
+
+def embedding_filter_grid(filters, columns=7):
+    """The principal components of the patch filters as images (paper Fig. 7, left)."""
+    rows = int(np.ceil(len(filters) / columns))
+    figure, axes = _figure(rows, columns, size=0.8)
+    for index, component in enumerate(filters):
+        axes.ravel()[index].imshow(_display(component), cmap="gray" if component.shape[-1] == 1 else None)
+    figure.suptitle("patch embedding filters (principal components)")
+    return figure
+
+
+def save(figure, path):
+    """Writes `figure` as a PNG and closes it."""
+    from matplotlib import pyplot as plt
+
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

@@ -1,0 +1,123 @@
+"""Inspecting a ViT: attention maps, rollout, attention distance, embeddings, figures."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import inspect as vit_inspect
+from tests.conftest import TINY, randomize_weights
+
+
+@pytest.fixture
+def model():
+    vit = keras_vit.VisionTransformer(**TINY, seed=0)
+    randomize_weights(vit, seed=1)
+    return vit
+
+
+def pixels(count=3, size=16):
+    return np.random.default_rng(0).uniform(0, 255, (count, size, size, 3)).astype("float32")
+
+
+def layer_norm(x, layer):
+    gamma, beta = (keras.ops.convert_to_numpy(w) for w in layer.weights)
+    mean = x.mean(-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(variance + layer.epsilon) * gamma + beta
+
+
+def test_attention_rows_sum_to_one_and_match_a_manual_computation(model):
+    images = pixels()
+    attention = vit_inspect.attention_maps(model, images)
+    assert attention.shape == (2, 3, TINY["num_heads"], 17, 17)
+    np.testing.assert_allclose(attention.sum(-1), 1.0, atol=1e-5)
+
+    tokens = keras.ops.convert_to_numpy(vit_inspect.block_inputs_model(model)(images)[1])
+    block = model.get_layer("encoderblock_1")
+    x = layer_norm(tokens.astype("float64"), block.attention_norm)
+    kernel = keras.ops.convert_to_numpy(block.attention.qkv_kernel).astype("float64")
+    bias = keras.ops.convert_to_numpy(block.attention.qkv_bias).astype("float64")
+    qkv = np.einsum("btd,dshe->bsthe", x, kernel) + bias.transpose(0, 1, 2)[None, :, None]
+    query, key = qkv[:, 0], qkv[:, 1]
+    logits = np.einsum("bqhe,bkhe->bhqk", query, key) / np.sqrt(kernel.shape[-1])
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(attention[1], expected, atol=1e-5)
+
+
+def test_the_model_is_untouched_by_inspection(model):
+    images = pixels()
+    before = keras.ops.convert_to_numpy(model(images))
+    vit_inspect.attention_maps(model, images)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model(images)), before)
+
+
+def test_uniform_attention_gives_uniform_rollout_and_the_grid_mean_distance(model):
+    for block in keras_vit.models.vision_transformer.encoder_blocks(model):
+        block.attention.qkv_kernel.assign(np.zeros(block.attention.qkv_kernel.shape))
+        block.attention.qkv_bias.assign(np.zeros(block.attention.qkv_bias.shape))
+    attention = vit_inspect.attention_maps(model, pixels())
+    np.testing.assert_allclose(attention, 1 / 17, atol=1e-6)
+    prefix, grid, patch = vit_inspect.token_layout(model)
+    assert (prefix, grid, patch) == (1, (4, 4), (4, 4))
+    rollout = vit_inspect.attention_rollout(attention, prefix, grid)
+    np.testing.assert_allclose(rollout, rollout[0, 0, 0], rtol=1e-5)
+    distances = vit_inspect.mean_attention_distance(attention, grid, patch, prefix)
+    # The mean distance between the centres of a 4x4 grid of 4-pixel patches.
+    centres = np.array([(4 * i, 4 * j) for i in range(4) for j in range(4)], float)
+    analytic = np.mean(np.linalg.norm(centres[:, None] - centres[None], axis=-1))
+    np.testing.assert_allclose(distances, analytic, rtol=1e-5)
+
+
+def test_a_head_that_attends_to_itself_has_distance_zero():
+    tokens, grid = 1 + 9, (3, 3)
+    attention = np.full((2, 1, 2, tokens, tokens), 1 / tokens)
+    attention[:, :, 0] = np.eye(tokens)
+    distances = vit_inspect.mean_attention_distance(attention, grid, (8, 8))
+    np.testing.assert_allclose(distances[:, 0], 0.0, atol=1e-7)
+    assert np.all(distances[:, 1] > 8)
+
+
+def test_position_similarity_and_embedding_filters(model):
+    similarity = vit_inspect.position_similarity(model)
+    assert similarity.shape == (4, 4, 4, 4)
+    flat = similarity.reshape(16, 16)
+    np.testing.assert_allclose(np.diag(flat), 1.0, atol=1e-5)
+    np.testing.assert_allclose(flat, flat.T, atol=1e-6)
+    filters = vit_inspect.embedding_filters(model, components=5)
+    assert filters.shape == (5, 4, 4, 3) and filters.min() >= 0 and filters.max() <= 1
+    stem = keras_vit.VisionTransformer(**{**TINY, "patch_size": 1}, stem_filters=(8, 8),
+                                       stem_strides=(2, 2))
+    with pytest.raises(ValueError, match="convolutional stem"):
+        vit_inspect.embedding_filters(stem)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    return os.path.getsize(path)
+
+
+def test_figures_are_written(model, tmp_path):
+    paths = vit_inspect.write_figures(model, pixels(2), str(tmp_path / "figures"), ["a", "b"])
+    assert sorted(paths) == ["attention_distance", "attention_rollout", "embedding_filters",
+                             "position_similarity"]
+    assert all(png_size(path) > 2000 for path in paths.values())
+
+
+def test_inspect_command(model, tmp_path, capsys):
+    from keras_vit.cli import main
+
+    model.save(tmp_path / "model.keras")
+    image = tmp_path / "image.png"
+    image.write_bytes(tf.io.encode_png(pixels(1)[0].astype("uint8")).numpy())
+    out = tmp_path / "out"
+    assert main(["inspect", str(tmp_path / "model.keras"), str(image), "--out", str(out)]) == 0
+    assert "attention_rollout" in capsys.readouterr().out
+    assert png_size(out / "attention_rollout.png") > 2000
+    with pytest.raises(SystemExit, match="no such image"):
+        main(["inspect", str(tmp_path / "model.keras"), str(tmp_path / "missing.png")])
