@@ -186,17 +186,36 @@ def _evaluate(args):
     return 0
 
 
-def _predict(args):
-    """Top-k classes of image files, with a .keras or a .tflite model."""
+def _missing_files(paths):
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise ValueError(f"no such image file(s): {missing}")
+
+
+def _read_images(command, paths, height, width, channels):
+    """Image files as one float batch, prepared like evaluation images."""
     import numpy as np
     import tensorflow as tf
 
     from keras_vit.data.pipelines import decode_for_eval
 
+    images = []
+    for path in paths:
+        try:
+            images.append(decode_for_eval(tf.io.read_file(path), (height, width), channels))
+        except tf.errors.InvalidArgumentError:
+            _fail(command, f"{path!r} is not a JPEG/PNG/GIF/BMP image")
+    return np.stack(images)
+
+
+def _predict(args):
+    """Top-k classes of image files, with a .keras or a .tflite model."""
+    import numpy as np
+
+    from keras_vit.export.graph import as_probabilities
+
     try:
-        missing = [p for p in args.images if not os.path.isfile(p)]
-        if missing:
-            raise ValueError(f"no such image file(s): {missing}")
+        _missing_files(args.images)
         if args.model.endswith(".tflite"):
             from keras_vit.export import TFLiteModel
 
@@ -213,17 +232,8 @@ def _predict(args):
             outputs_logits = not outputs_probabilities(model)
     except ValueError as error:
         _fail("predict", error)
-    batch = []
-    for path in args.images:
-        try:
-            batch.append(decode_for_eval(tf.io.read_file(path), (height, width), channels))
-        except tf.errors.InvalidArgumentError:
-            _fail("predict", f"{path!r} is not a JPEG/PNG/GIF/BMP image")
-    scores = np.asarray(runner(np.stack(batch)), "float64")
-    probabilities = scores
-    if outputs_logits:
-        probabilities = np.exp(scores - scores.max(-1, keepdims=True))
-        probabilities /= probabilities.sum(-1, keepdims=True)
+    batch = _read_images("predict", args.images, height, width, channels)
+    probabilities = as_probabilities(runner(batch), not outputs_logits)
     for path, row in zip(args.images, probabilities):
         print(path)
         for index in np.argsort(row)[::-1][: args.top_k]:
@@ -232,24 +242,15 @@ def _predict(args):
     return 0
 
 
-def _check_images(model, dataset, count, data_dir=None):
-    """`count` evaluation images (float array) of a dataset, at the model's input size."""
-    import numpy as np
-
+def _dataset_images(model, dataset, split, count, data_dir=None):
+    """`count` evaluation-view images (float array) of a dataset split, at the model's input size."""
     from keras_vit import data as vit_data
+    from keras_vit.export.litert import calibration_images
 
-    height, width, channels = model.input_shape[1:]
     options = {"data_dir": data_dir} if data_dir else {}
-    test = vit_data.load(dataset, "test" if dataset == "fashion_mnist" else "train",
-                         image_size=(height, width), channels=channels,
-                         batch_size=min(count, 256), **options)
-    batches, have = [], 0
-    for images, _ in test.data:
-        batches.append(np.asarray(images))
-        have += len(batches[-1])
-        if have >= count:
-            break
-    return np.concatenate(batches)[:count]
+    loaded = vit_data.load(dataset, split, image_size=model.input_shape[1:3],
+                           channels=model.input_shape[3], batch_size=min(count, 256), **options)
+    return calibration_images(loaded.data, model.input_shape[1:], count)
 
 
 def _export(args):
@@ -271,8 +272,9 @@ def _export(args):
             output = args.output or os.path.join(run_dir, f"model{suffix}.tflite")
             calibration = None
             if args.quantize in ("int8", "int8_full"):
-                calibration = _check_images(model, args.dataset, args.calibration_images,
-                                            args.data_dir)
+                # The representative data comes from the training split.
+                calibration = _dataset_images(model, args.dataset, "train",
+                                              args.calibration_images, args.data_dir)
             result = export.tflite(model, output, quantization=args.quantize,
                                    representative_data=calibration,
                                    calibration_count=args.calibration_images,
@@ -283,7 +285,8 @@ def _export(args):
     print(f"exported {args.format} to {path}")
     if args.check_images <= 0:
         return 0
-    images = _check_images(model, args.dataset, args.check_images, args.data_dir)
+    check_split = "test" if args.dataset == "fashion_mnist" else "train"
+    images = _dataset_images(model, args.dataset, check_split, args.check_images, args.data_dir)
     if args.format == "saved_model":
         import tensorflow as tf
 
@@ -307,29 +310,17 @@ def _export(args):
 
 def _inspect(args):
     """Writes the paper's inspection figures for a model and some images."""
-    import numpy as np
-    import tensorflow as tf
-
     from keras_vit import inspect as vit_inspect
-    from keras_vit.data.pipelines import decode_for_eval
 
     try:
-        missing = [p for p in args.images if not os.path.isfile(p)]
-        if missing:
-            raise ValueError(f"no such image file(s): {missing}")
+        _missing_files(args.images)
         model, _ = _load_run_model(args.model)
         vit_inspect.token_layout(model)  # a ViT of this package, or a clear error
     except ValueError as error:
         _fail("inspect", error)
-    height, width, channels = model.input_shape[1:]
-    images = []
-    for path in args.images:
-        try:
-            images.append(decode_for_eval(tf.io.read_file(path), (height, width), channels))
-        except tf.errors.InvalidArgumentError:
-            _fail("inspect", f"{path!r} is not a JPEG/PNG/GIF/BMP image")
+    images = _read_images("inspect", args.images, *model.input_shape[1:])
     titles = [os.path.basename(p) for p in args.images]
-    paths = vit_inspect.write_figures(model, np.stack(images), args.out, titles)
+    paths = vit_inspect.write_figures(model, images, args.out, titles)
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
     return 0

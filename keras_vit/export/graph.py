@@ -38,6 +38,17 @@ def outputs_probabilities(model):
     return activation is not None and getattr(activation, "__name__", "") == "softmax"
 
 
+def as_probabilities(scores, already_probabilities):
+    """Model outputs as float64 probabilities (a softmax over logits)."""
+    import numpy as np
+
+    scores = np.asarray(scores, "float64")
+    if already_probabilities:
+        return scores
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    return scores / scores.sum(-1, keepdims=True)
+
+
 def model_function(model, batch_size=None):
     """A TensorFlow-callable `images -> model outputs` (inference mode).
 

@@ -97,7 +97,9 @@ def _convert(model, quantization, calibration, allow_flex):
         if allow_flex:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         converter.target_spec.supported_ops = ops
-        if quantization == "int8":
+        try:
+            if quantization != "int8":
+                return converter.convert()
             # The public way to quantise all but some op types.
             debugger = tf.lite.experimental.QuantizationDebugger(
                 converter=converter,
@@ -107,8 +109,6 @@ def _convert(model, quantization, calibration, allow_flex):
                 ),
             )
             return debugger.get_nondebug_quantized_model()
-        try:
-            return converter.convert()
         except Exception as error:  # the converter raises its own ConverterError
             if "Select TF" in str(error) or "not supported" in str(error):
                 raise ValueError(
@@ -125,8 +125,7 @@ def op_counts(path_or_content):
     from ai_edge_litert.interpreter import Interpreter
 
     content = _read(path_or_content)
-    interpreter = Interpreter(model_content=content, experimental_preserve_all_tensors=False,
-                              experimental_op_resolver_type=_no_delegate())
+    interpreter = Interpreter(model_content=content, experimental_op_resolver_type=_no_delegate())
     counts = {}
     for op in interpreter._get_ops_details():
         counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1

@@ -273,11 +273,8 @@ def saved_model(
 def _keras_probabilities(model, images):
     import numpy as np
 
-    scores = np.asarray(model.predict(np.asarray(images, "float32"), verbose=0), "float64")
-    if graph.outputs_probabilities(model):
-        return scores
-    scores = np.exp(scores - scores.max(-1, keepdims=True))
-    return scores / scores.sum(-1, keepdims=True)
+    scores = model.predict(np.asarray(images, "float32"), verbose=0)
+    return graph.as_probabilities(scores, graph.outputs_probabilities(model))
 
 
 def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0):

@@ -22,6 +22,7 @@ from keras_vit.inspect.maps import (
     block_inputs_model,
     attention_rollout,
     embedding_filters,
+    has_stem,
     mean_attention_distance,
     patch_distances,
     position_similarity,
@@ -53,7 +54,7 @@ def write_figures(model, images, out_dir, titles=None):
         ),
         "position_similarity": position_similarity_grid(position_similarity(model)),
     }
-    if not any(layer.name == "stem" for layer in model.layers):  # filters act on pixels
+    if not has_stem(model):  # only then do the patch filters act on pixels
         paths["embedding_filters"] = embedding_filter_grid(embedding_filters(model))
     return {name: save(figure, os.path.join(out_dir, f"{name}.png"))
             for name, figure in paths.items()}

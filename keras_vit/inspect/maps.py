@@ -24,6 +24,11 @@ def token_layout(model):
     return tokens - grid[0] * grid[1], grid, (height // grid[0], width // grid[1])
 
 
+def has_stem(model):
+    """Whether a convolutional stem sits between the pixels and the patch embedding."""
+    return any(layer.name == "stem" for layer in model.layers)
+
+
 def block_inputs_model(model):
     """A model from images to the token sequence entering each encoder block.
 
@@ -177,7 +182,7 @@ def embedding_filters(model, components=28):
         `(components, P, P, C)` float32, each component scaled to `[0, 1]`
         for display.
     """
-    if any(layer.name == "stem" for layer in model.layers):
+    if has_stem(model):
         raise ValueError(
             f"Model {model.name!r} has a convolutional stem: its patch embedding filters "
             "act on the stem's features, not on pixels, so they are not images."
