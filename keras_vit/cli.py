@@ -130,7 +130,9 @@ def _train(args):
             epochs=args.epochs, batch_size=args.batch_size,
             recipe=args.recipe, augmentation=args.augmentation,
             output_dir=args.output_dir, seed=args.seed, data_dir=args.data_dir,
-            overwrite=args.overwrite, weights=weights, verbose=2,
+            overwrite=args.overwrite, weights=weights, distribute=args.distribute,
+            model_parallel=args.model_parallel,
+            gradient_accumulation_steps=args.accumulate, verbose=2,
         )
     except (ValueError, RuntimeError) as error:
         _fail(args.command, error)
@@ -344,6 +346,17 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
                         help="replace a finished run in OUTPUT_DIR")
     parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
                         help="Keras backend (default: KERAS_BACKEND or tensorflow)")
+    parser.add_argument("--distribute", choices=("data", "model"), default=None,
+                        help="data parallel over all devices (JAX: keras.distribution, "
+                             "TensorFlow: tf.distribute, multi-worker with TF_CONFIG) or "
+                             "model parallel (JAX); --batch-size is the global batch")
+    parser.add_argument("--model-parallel", type=int, default=2,
+                        help="devices per model copy with --distribute model")
+    parser.add_argument("--cpu-devices", type=int, default=None,
+                        help="split the CPU into this many devices (to try --distribute "
+                             "on one machine)")
+    parser.add_argument("--accumulate", type=int, default=None, metavar="STEPS",
+                        help="gradient accumulation: update every STEPS batches")
 
 
 def build_parser():
@@ -505,6 +518,13 @@ def main(argv=None):
                 f"KERAS_BACKEND={backend} instead of --backend."
             )
         os.environ["KERAS_BACKEND"] = backend
+    if getattr(args, "cpu_devices", None) is not None:
+        from keras_vit.distribution import simulate_cpu_devices
+
+        try:
+            simulate_cpu_devices(args.cpu_devices)
+        except (ValueError, RuntimeError) as error:
+            _fail(args.command, error)
     return args.run(args)
 
 

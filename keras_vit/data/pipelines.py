@@ -183,6 +183,7 @@ def make_pipeline(
     augmentation=None,
     cache=False,
     drop_remainder=None,
+    shard=None,
 ):
     """Turns `(image, label)` examples into model-ready batches.
 
@@ -214,6 +215,10 @@ def make_pipeline(
         augmentation: `None` or a callable on `(images, labels)` batches.
         cache: bool, cache the decoded examples in memory.
         drop_remainder: bool; defaults to `training`.
+        shard: `None` or `(num_shards, index)`: keep only every
+            `num_shards`-th example from `index` on (one worker's share in
+            multi-worker training), every shard cut to the same length
+            when the size is known, so that all workers run as many steps.
 
     Returns:
         `tf.data.Dataset` of `(float32 images (B, H, W, channels),
@@ -240,6 +245,16 @@ def make_pipeline(
             "Images must be (H, W) or (H, W, C) with 1, 3 or 4 channels (static). "
             f"Received shape {image_spec.shape}."
         )
+    if shard is not None:
+        if (
+            not isinstance(shard, (tuple, list)) or len(shard) != 2
+            or not all(isinstance(s, int) for s in shard)
+            or not 0 <= shard[1] < shard[0]
+        ):
+            raise ValueError(
+                f"`shard` must be (num_shards, index) with 0 <= index < num_shards. "
+                f"Received: shard={shard!r}"
+            )
     ratio = (3 / 4, 4 / 3)
     per_batch = image_spec.shape.is_fully_defined()
     random_crop = training and crop_scale is not None
@@ -280,6 +295,11 @@ def make_pipeline(
         return tf.data.Dataset.zip(tf.data.Dataset.counter(), data)
 
     data = dataset
+    if shard is not None:
+        size = int(data.cardinality())
+        data = data.shard(*shard)
+        if size >= 0:
+            data = data.take(size // shard[0])
     if cache:
         data = data.cache()
     if training:

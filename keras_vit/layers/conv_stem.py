@@ -4,6 +4,15 @@ import keras
 import numpy as np
 
 
+def replicated_tensorflow():
+    """Whether a `tf.distribute` strategy with several replicas is in scope."""
+    if keras.backend.backend() != "tensorflow":
+        return False
+    import tensorflow as tf
+
+    return tf.distribute.has_strategy() and tf.distribute.get_strategy().num_replicas_in_sync > 1
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ConvStem(keras.layers.Layer):
     """3×3 convolutions (BatchNorm, ReLU) before the patch embedding.
@@ -16,7 +25,11 @@ class ConvStem(keras.layers.Layer):
     padding) + BatchNorm + ReLU, of stride 2 unless `strides` says
     otherwise, so the feature map is `stride` (the product of the strides)
     times smaller than the image; the patch embedding then cuts that map
-    into patches (often 1×1).
+    into patches (often 1×1). Built under a `tf.distribute` strategy
+    with several replicas, the BatchNorms compute their statistics over
+    the global batch (`synchronized=True`), as one device and JAX's
+    `keras.distribution` do; otherwise the replicas' moving statistics
+    would drift apart.
 
     Args:
         filters: sequence of ints, the channels of each convolution.
@@ -59,13 +72,15 @@ class ConvStem(keras.layers.Layer):
         self.filters = filters
         self.strides = strides
         self.convolutions, self.norms = [], []
+        synchronized = replicated_tensorflow()
         for index, (width, stride) in enumerate(zip(filters, strides)):
             self.convolutions.append(keras.layers.Conv2D(
                 width, 3, strides=stride, padding="same", use_bias=False,
                 dtype=self.dtype_policy, name=f"conv_{index}",
             ))
             self.norms.append(keras.layers.BatchNormalization(
-                dtype=self.dtype_policy, name=f"batch_norm_{index}",
+                synchronized=synchronized, dtype=self.dtype_policy,
+                name=f"batch_norm_{index}",
             ))
 
     @property

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 
 import numpy as np
 
@@ -135,6 +136,9 @@ def train(
     data_dir=None,
     overwrite=False,
     weights=None,
+    distribute=None,
+    model_parallel=2,
+    gradient_accumulation_steps=None,
     verbose=2,
     log=print,
 ):
@@ -162,6 +166,14 @@ def train(
         overwrite: replace a finished run in `output_dir`.
         weights: `None` (train from scratch) or a checkpoint to fine-tune;
             `model` and `patch_size` then come from it.
+        distribute: `None` (one device), `"data"` or `"model"` (see
+            `keras_vit.distribution.distribute`); `batch_size` is then the
+            global batch over all replicas. In a multi-worker run the
+            chief writes `output_dir`, worker N `output_dir/workers/N`.
+        model_parallel: devices per model copy for `distribute="model"`.
+        gradient_accumulation_steps: `None` or an int >= 2: update the
+            weights every this many batches (an effective batch of
+            `batch_size` times this).
         verbose: Keras progress verbosity.
         log: function that prints a line.
 
@@ -173,6 +185,7 @@ def train(
     import keras_vit
     from keras_vit import data as vit_data
     from keras_vit.data.augmentation import batch_augmentation, get_config
+    from keras_vit.distribution import distribute as distribute_engine
     from keras_vit.training.recipes import get_recipe
 
     start = time.perf_counter()
@@ -182,6 +195,13 @@ def train(
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+    if gradient_accumulation_steps is not None and (
+        not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 2
+    ):
+        raise ValueError(
+            "`gradient_accumulation_steps` must be None or an int >= 2. "
+            f"Received: gradient_accumulation_steps={gradient_accumulation_steps!r}"
+        )
     if weights is not None:
         source = checkpoint_architecture(weights)
         if patch_size is not None:
@@ -214,29 +234,48 @@ def train(
                 f"Unknown dataset {dataset!r}: not 'fashion_mnist', not a folder, "
                 "and not a TFDS name (see `tfds.list_builders()`)."
             )
+    # Before any TensorFlow computation: MultiWorkerMirroredStrategy must
+    # be created first in the process.
+    plan = distribute_engine(
+        distribute, model_parallel=model_parallel,
+        model=source if weights is not None else arguments,
+    )
+    if not plan.is_chief:
+        output_dir = os.path.join(output_dir, "workers", str(plan.worker_index))
     os.makedirs(output_dir, exist_ok=True)
     resuming = check_output_dir(output_dir, overwrite)
 
     keras.utils.set_random_seed(seed)
-    common = dict(image_size=image_size, channels=channels, batch_size=batch_size, seed=seed)
+    common = dict(image_size=image_size, channels=channels, seed=seed)
     if data_dir is not None:
         common["data_dir"] = data_dir
     small_images = dataset == "fashion_mnist"
-    train_data = vit_data.load(
-        dataset, "train", training=True,
-        crop_scale=None if small_images else (0.08, 1.0),
-        flip=True,
-        augmentation=batch_augmentation(augmentation, seed),
-        **common,
-    )
+
+    def training_data(batch, shard):
+        return vit_data.load(
+            dataset, "train", training=True,
+            crop_scale=None if small_images else (0.08, 1.0),
+            flip=True,
+            augmentation=batch_augmentation(augmentation, seed),
+            batch_size=batch, shard=shard,
+            **common,
+        )
+
+    train_data = plan.dataset(training_data, batch_size)
     try:
-        test_data = vit_data.load(dataset, "test", **common)
+        test_data = vit_data.load(dataset, "test", batch_size=batch_size, **common)
     except (ValueError, RuntimeError):
         test_data = None  # a folder without a test split
     log(
         f"data: {dataset} ({train_data.size or '?'} training images, "
         f"{train_data.num_classes} classes) at {image_size}x{image_size}x{channels}"
     )
+    if distribute is not None:
+        log(
+            f"distributed: {distribute} parallel, {plan.num_replicas} replicas "
+            f"({type(plan.engine).__name__}), worker {plan.worker_index + 1} of "
+            f"{plan.num_workers}, global batch {batch_size}"
+        )
     options = dict(
         input_shape=(image_size, image_size, channels),
         classes=train_data.num_classes,
@@ -246,18 +285,23 @@ def train(
         seed=seed,
         name="vit",
     )
-    if weights is not None:
-        from keras_vit.weights import from_checkpoint
-
-        network = from_checkpoint(weights, include_top=True, **options)
-        model = f"fine-tuned {os.path.basename(str(weights))}"
-    else:
-        network = keras_vit.VisionTransformer(**arguments, **options)
-    log(f"model: {model} ViT, {network.count_params():,} parameters; recipe: {recipe}")
     steps_per_epoch = (train_data.size or 0) // batch_size or None
     if steps_per_epoch is None:
         raise ValueError(f"Dataset {dataset!r} has fewer than batch_size={batch_size} images.")
-    recipe.compile(network, total_steps=steps_per_epoch * epochs)
+    with plan.scope():
+        if weights is not None:
+            from keras_vit.weights import from_checkpoint
+
+            network = from_checkpoint(weights, include_top=True, **options)
+            model = f"fine-tuned {os.path.basename(str(weights))}"
+        else:
+            network = keras_vit.VisionTransformer(**arguments, **options)
+        recipe.compile(
+            network, total_steps=steps_per_epoch * epochs,
+            gradient_accumulation_steps=gradient_accumulation_steps,
+        )
+        plan.prepare(network)
+    log(f"model: {model} ViT, {network.count_params():,} parameters; recipe: {recipe}")
 
     history_csv = os.path.join(output_dir, "history.csv")
     if not resuming and os.path.exists(history_csv):
@@ -269,19 +313,23 @@ def train(
     if resuming:
         log(f"resuming from {os.path.join(output_dir, 'backup')}")
     fit_start = time.perf_counter()
-    network.fit(
-        train_data.data,
-        epochs=epochs,
-        validation_data=test_data.data if test_data is not None else None,
-        callbacks=callbacks,
-        verbose=verbose,
-        shuffle=False,  # the pipeline shuffles
-    )
-    fit_seconds = time.perf_counter() - fit_start
-    metrics = {}
-    if test_data is not None:
-        loss, accuracy = network.evaluate(test_data.data, verbose=0)
-        metrics = {"test_loss": float(loss), "test_accuracy": float(accuracy)}
+    with plan.scope(), warnings.catch_warnings():
+        # A tf.distribute dataset has no length until its first epoch ends,
+        # which Keras reports as running out of data; it did not.
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        network.fit(
+            train_data.data,
+            epochs=epochs,
+            validation_data=test_data.data if test_data is not None else None,
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,  # the pipeline shuffles
+        )
+        fit_seconds = time.perf_counter() - fit_start
+        metrics = {}
+        if test_data is not None:
+            loss, accuracy = network.evaluate(test_data.data, verbose=0)
+            metrics = {"test_loss": float(loss), "test_accuracy": float(accuracy)}
     paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
     network.save(paths["model.keras"])
     with open(paths["class_names.json"], "w") as f:
@@ -292,6 +340,8 @@ def train(
         backend=keras.backend.backend(),
         parameters=network.count_params(),
         epochs=epochs,
+        distribute=distribute,
+        replicas=plan.num_replicas,
         fit_seconds=round(fit_seconds, 1),
         total_seconds=round(time.perf_counter() - start, 1),
     )

@@ -57,6 +57,23 @@ def test_evaluation_pipeline_keeps_order_and_pixels():
     np.testing.assert_array_equal(y, np.eye(4))
 
 
+def test_shards_are_disjoint_equal_and_cover_the_data():
+    # Each of 3 workers reads every 3rd example; all run as many steps.
+    images = np.arange(11 * 2 * 2).reshape(11, 2, 2, 1).astype("uint8")
+    seen = []
+    for index in range(3):
+        ds = vit_data.from_arrays(images, np.arange(11) % 2, image_size=2, channels=1,
+                                  batch_size=3, shard=(3, index), training=True,
+                                  crop_scale=None, flip=False)
+        firsts = [int(x[i, 0, 0, 0]) // 4 for x, _ in batches(ds, 10) for i in range(len(x))]
+        assert len(firsts) == 3  # 11 // 3 = 3 examples each, one batch of 3
+        assert all(f % 3 == index for f in firsts)
+        seen += firsts
+    assert len(set(seen)) == 9
+    with pytest.raises(ValueError, match="shard"):
+        vit_data.from_arrays(images, np.arange(11) % 2, image_size=2, channels=1, shard=(2, 2))
+
+
 def write_folder(root):
     for name, color in (("cats", (200, 30, 30)), ("dogs", (30, 30, 200))):
         os.makedirs(root / "train" / name)

@@ -9,6 +9,7 @@ import keras_vit
 from keras_vit.training import (
     RECIPES,
     WarmupDecay,
+    finetuning_optimizer,
     get_recipe,
     no_weight_decay_variables,
     pretraining_optimizer,
@@ -81,3 +82,26 @@ def test_recipes_compile_and_train(images):
     # XLA on TensorFlow too (Keras leaves it off without an accelerator).
     if keras.backend.backend() in ("tensorflow", "jax"):
         assert model.jit_compile is True
+
+
+def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
+    # Two batches of 4 accumulated: the same update as one batch of 8.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (8, 16, 16, 3)).astype("float32")
+    y = np.eye(5, dtype="float32")[rng.integers(0, 5, 8)]
+    results = []
+    for batch_size, accumulate in ((4, 2), (8, None)):
+        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        if results:
+            model.set_weights(start)
+        start = model.get_weights()
+        model.compile(
+            optimizer=finetuning_optimizer(0.5, clipnorm=None, gradient_accumulation_steps=accumulate),
+            loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        )
+        model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        results.append(model.get_weights())
+    moved = max(np.abs(a - b).max() for a, b in zip(results[1], start))
+    assert moved > 1e-3
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, atol=1e-5)

@@ -1,0 +1,241 @@
+"""Training beyond one device: keras.distribution (JAX) and tf.distribute (TensorFlow).
+
+The devices are simulated on the CPU (JAX: 4 CPU devices, TensorFlow: 4
+logical CPUs); each such run is a fresh interpreter, since the device
+count is fixed when a backend starts.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.distribution import Distributed, SHARDED_LAYOUTS, device_mesh, distribute, layout_map
+from tests.conftest import BACKEND, TINY, last_json_line, run_python
+
+# One fit step of TINY on 16 images, on one device and on the given
+# engine, both from the same seed and data through `Distributed.dataset`.
+ONE_STEP = """
+import json, numpy as np, keras, keras_vit
+from keras_vit.distribution import distribute, simulate_cpu_devices
+simulate_cpu_devices(4)
+from keras_vit.data import from_arrays
+from keras_vit.training.recipes import RECIPES
+TINY = {tiny}
+rng = np.random.default_rng(0)
+images = rng.uniform(0, 255, (16, 16, 16, 3)).astype("float32")
+labels = rng.integers(0, 5, 16)
+
+def make(batch_size, shard):
+    return from_arrays(images, labels, image_size=16, batch_size=batch_size, shard=shard)
+
+def one_step(plan):
+    keras.utils.set_random_seed(7)
+    with plan.scope():
+        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        RECIPES["pretrain"].compile(model, total_steps=1)  # no warm-up: step 0 moves
+        model.initial = [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
+        model.fit(plan.dataset(make, 16).data, epochs=1, verbose=0)
+    return model
+
+reference = one_step(distribute(None))
+expected = {{v.path: np.asarray(keras.ops.convert_to_numpy(v)) for v in reference.trainable_variables}}
+# The step moved the weights (so matching them means something).
+result = {{"moved": max(float(np.abs(a - expected[v.path]).max())
+                       for a, v in zip(reference.initial, reference.trainable_variables))}}
+for kind in {kinds}:
+    plan = distribute(kind, model_parallel=2, model=TINY)
+    model = one_step(plan)
+    result[kind] = dict(
+        replicas=plan.num_replicas,
+        engine=type(plan.engine).__name__,
+        error=max(float(np.abs(expected[v.path] - keras.ops.convert_to_numpy(v)).max())
+                  for v in model.trainable_variables),
+        jit=bool(model.jit_compile),
+    )
+    if keras.backend.backend() == "jax":
+        # Partition specs without their trailing Nones.
+        result[kind]["layouts"] = {{
+            v.path: [str(s) if s else None for s in v.value.sharding.spec][
+                :max([i + 1 for i, s in enumerate(v.value.sharding.spec) if s] or [0])]
+            for v in list(model.variables) + list(model.optimizer.variables)
+        }}
+        qkv = model.get_layer("encoderblock_0").attention.qkv_kernel.value
+        result[kind]["qkv_shard_shape"] = list(qkv.addressable_shards[0].data.shape)
+        result[kind]["devices"] = len(qkv.sharding.device_set)
+print(json.dumps(result))
+"""
+
+
+def tiny_variables():
+    model = keras_vit.VisionTransformer(**TINY)
+    return {v.path: tuple(v.shape) for v in model.variables}
+
+
+def test_layout_map_shards_attention_and_mlp_kernels_and_replicates_the_rest():
+    mesh = device_mesh(2, devices=["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
+    assert mesh.shape == (2, 2) and list(mesh.axis_names) == ["batch", "model"]
+    layouts = layout_map(keras_vit.VisionTransformer(**TINY), mesh)
+    expected = {
+        "attention/qkv_kernel": (None, None, "model", None),  # (D, 3, heads, head_dim)
+        "attention/qkv_bias": (None, "model", None),
+        "attention/out_kernel": ("model", None, None),  # (heads, head_dim, D)
+        "mlp_dense_1/kernel": (None, "model"),
+        "mlp_dense_1/bias": ("model",),
+        "mlp_dense_2/kernel": ("model", None),
+    }
+    sharded = 0
+    for path, shape in tiny_variables().items():
+        layout = layouts[path]
+        suffix = next((s for s in expected if path.endswith(s)), None)
+        if suffix is None:
+            assert layout is None, path  # replicated
+            continue
+        sharded += 1
+        assert tuple(layout.axes) == expected[suffix], path
+        assert len(layout.axes) == len(shape), path
+        # The split axis really is the heads / hidden-units axis.
+        split = layout.axes.index("model")
+        assert shape[split] in (TINY["num_heads"], TINY["mlp_dim"]), (path, shape)
+    assert sharded == 6 * TINY["num_layers"]
+    # A nested encoder's paths match too.
+    assert layouts["vit/encoderblock_3/attention/qkv_kernel"] is not None
+    assert len(SHARDED_LAYOUTS) == 6
+
+
+def test_layout_map_refuses_heads_or_mlp_that_do_not_divide():
+    mesh = device_mesh(2, devices=["cpu:0", "cpu:1"])
+    with pytest.raises(ValueError, match="num_heads=3 does not divide over the 2 devices"):
+        layout_map("Ti/16", mesh)  # Ti has 3 heads
+    with pytest.raises(ValueError, match="mlp_dim=33 does not divide"):
+        layout_map({"num_heads": 4, "mlp_dim": 33}, mesh)
+    with pytest.raises(ValueError, match="model_parallel"):
+        device_mesh(3, devices=["cpu:0", "cpu:1"])
+    with pytest.raises(ValueError, match="has no keras_vit attention layers"):
+        layout_map(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), mesh)
+    layout_map("B/16", mesh)  # 12 heads, 3072 units: fine
+
+
+def test_engines_refuse_what_they_cannot_do_before_any_work():
+    with pytest.raises(ValueError, match="kind"):
+        distribute("pipeline")
+    if BACKEND == "torch":
+        with pytest.raises(ValueError, match="JAX or TensorFlow backend"):
+            distribute("data")
+    if BACKEND == "tensorflow":
+        with pytest.raises(ValueError, match="runs on the JAX backend"):
+            distribute("model")
+    plan = Distributed("data", engine=None, num_replicas=4)
+    with pytest.raises(ValueError, match="batch_size=30 does not split over the 4"):
+        plan.dataset(lambda batch, shard: None, 30)
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution runs on JAX")
+def test_jax_data_and_model_parallel_steps_match_one_device():
+    result = last_json_line(run_python(ONE_STEP.format(tiny=TINY, kinds=("data", "model"))))
+    data, model = result["data"], result["model"]
+    assert result["moved"] > 5e-4  # Adam moves by ~the rate, 1e-3
+    assert (data["engine"], data["replicas"]) == ("DataParallel", 4)
+    assert (model["engine"], model["replicas"]) == ("ModelParallel", 2)  # 2 x 2 mesh
+    # Same global batch and seed: the same weights after one step.
+    assert data["error"] <= 1e-5 and model["error"] <= 1e-5
+    # Data parallel: every variable replicated over the 4 devices.
+    assert all(spec == [] for spec in data["layouts"].values())
+    # Model parallel: heads and hidden units split over the model axis,
+    # for the weights and the optimizer's slots alike.
+    layouts = model["layouts"]
+    assert layouts["encoderblock_0/attention/qkv_kernel"] == [None, None, "model"]
+    assert layouts["encoderblock_0/attention/qkv_bias"] == [None, "model"]
+    assert layouts["encoderblock_1/attention/out_kernel"] == ["model"]
+    assert layouts["encoderblock_0/mlp_dense_2/kernel"] == ["model"]
+    assert layouts["encoderblock_0/mlp_dense_1/bias"] == ["model"]
+    slots = [p for p in layouts if "encoderblock_0_attention_qkv_kernel" in p]
+    assert slots and all(layouts[p] == [None, None, "model"] for p in slots)
+    assert layouts["patch_embedding/kernel"] == layouts["encoder_norm/gamma"] == []
+    # Each device holds half of the heads of a q/k/v kernel.
+    assert model["qkv_shard_shape"] == [TINY["hidden_dim"], 3, TINY["num_heads"] // 2, 8]
+    assert model["devices"] == 4
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute runs on TensorFlow")
+def test_tensorflow_mirrored_step_matches_one_device():
+    result = last_json_line(run_python(ONE_STEP.format(tiny=TINY, kinds=("data",))))
+    data = result["data"]
+    assert result["moved"] > 5e-4  # Adam moves by ~the rate, 1e-3
+    assert (data["engine"], data["replicas"]) == ("MirroredStrategy", 4)
+    assert data["error"] <= 1e-5
+    assert data["jit"] is False  # XLA cannot reach mirrored variables
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute runs on TensorFlow")
+def test_two_workers_on_localhost_train_and_agree_on_the_weights(tmp_path):
+    from tests.training.test_train_command import history_epochs, write_dataset
+
+    data = write_dataset(tmp_path / "data", per_class=32)
+    out = str(tmp_path / "run")
+    cluster = {"worker": [f"localhost:{port}" for port in _free_ports(2)]}
+    workers = []
+    for index in range(2):
+        env = dict(
+            os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        )
+        workers.append(subprocess.Popen(
+            [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", data,
+             "--image-size", "16", "--epochs", "2", "--batch-size", "16",
+             "--output-dir", out, "--distribute", "data"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        ))
+    try:
+        logs = [w.communicate(timeout=400)[0] for w in workers]
+    finally:
+        for w in workers:
+            w.kill()
+    for index, (worker, log) in enumerate(zip(workers, logs)):
+        assert worker.returncode == 0, f"worker {index}:\n{log[-3000:]}"
+        assert f"worker {index + 1} of 2" in log and "2 replicas" in log
+    chief, other = out, os.path.join(out, "workers", "1")
+    assert history_epochs(chief) == history_epochs(other) == [0, 1]
+    models = [keras.models.load_model(os.path.join(d, "model.keras")) for d in (chief, other)]
+    for a, b in zip(*(m.get_weights() for m in models)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # They trained: the weights are not those of a fresh model.
+    metrics = json.load(open(os.path.join(chief, "metrics.json")))
+    assert metrics["replicas"] == 2 and metrics["distribute"] == "data"
+
+
+@pytest.mark.skipif(BACKEND != "jax", reason="model parallelism runs on JAX")
+def test_train_command_runs_model_parallel_on_simulated_devices(tmp_path):
+    from tests.training.test_train_command import write_dataset
+
+    data = write_dataset(tmp_path / "data", per_class=16)
+    out = str(tmp_path / "run")
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", data,
+         "--image-size", "16", "--epochs", "1", "--batch-size", "8", "--output-dir", out,
+         "--distribute", "model", "--model-parallel", "2", "--cpu-devices", "4"],
+        env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "model parallel, 2 replicas (ModelParallel)" in result.stdout
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert (metrics["distribute"], metrics["replicas"]) == ("model", 2)
+    model = keras.models.load_model(os.path.join(out, "model.keras"))
+    assert model.output_shape == (None, 2)
