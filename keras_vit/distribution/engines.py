@@ -108,10 +108,11 @@ class Distributed:
                 all replicas.
 
         Returns:
-            `keras_vit.data.Dataset` whose `data` `model.fit` takes. On
-            TensorFlow each worker reads only its shard of the examples
-            and batches per replica; on JAX the pipeline makes global
-            batches and Keras splits them over devices (and processes).
+            `keras_vit.data.Dataset` whose `data` `model.fit` takes. Each
+            worker (process) reads only its shard of the examples, in
+            batches of `global_batch_size / num_workers`; TensorFlow cuts
+            them per replica, Keras' JAX trainer assembles the global batch
+            over the devices of all processes.
         """
         if global_batch_size % self.num_replicas:
             raise ValueError(
@@ -119,8 +120,9 @@ class Distributed:
                 f"{self.num_replicas} data-parallel replicas; use a multiple of "
                 f"{self.num_replicas}."
             )
+        shard = (self.num_workers, self.worker_index) if self.num_workers > 1 else None
         if not hasattr(self.engine, "distribute_datasets_from_function"):
-            return make(global_batch_size, None)
+            return make(global_batch_size // self.num_workers, shard)
 
         def per_pipeline(context):
             shard = None
@@ -129,7 +131,6 @@ class Distributed:
             return make(context.get_per_replica_batch_size(global_batch_size), shard).data
 
         # The metadata (class names, size) of this worker's pipeline.
-        shard = (self.num_workers, self.worker_index) if self.num_workers > 1 else None
         described = make(global_batch_size // self.num_workers, shard)
         data = self.engine.distribute_datasets_from_function(per_pipeline)
         return dataclasses.replace(described, data=data)
@@ -240,12 +241,14 @@ def _jax_engine(kind, model_parallel, model, devices):
     initialize()
     devices = list(devices) if devices is not None else keras.distribution.list_devices()
     if kind == "data":
-        engine = keras.distribution.DataParallel(devices=devices)
+        # The data comes sharded per process (`Distributed.dataset`).
+        engine = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False)
         replicas = len(devices)
     else:
         mesh = device_mesh(model_parallel, devices)
         engine = keras.distribution.ModelParallel(
-            layout_map=layout_map(model, mesh), batch_dim_name=BATCH_AXIS
+            layout_map=layout_map(model, mesh), batch_dim_name=BATCH_AXIS,
+            auto_shard_dataset=False,
         )
         replicas = mesh.shape[0]
     return Distributed(kind, engine, replicas, jax.process_count(), jax.process_index())
