@@ -132,7 +132,8 @@ def _train(args):
             output_dir=args.output_dir, seed=args.seed, data_dir=args.data_dir,
             overwrite=args.overwrite, weights=weights, distribute=args.distribute,
             model_parallel=args.model_parallel,
-            gradient_accumulation_steps=args.accumulate, verbose=2,
+            gradient_accumulation_steps=args.accumulate,
+            validate_every=args.validate_every, verbose=2,
         )
     except (ValueError, RuntimeError) as error:
         _fail(args.command, error)
@@ -355,6 +356,9 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
     parser.add_argument("--cpu-devices", type=int, default=None,
                         help="split the CPU into this many devices (to try --distribute "
                              "on one machine)")
+    parser.add_argument("--validate-every", type=int, default=None, metavar="EPOCHS",
+                        help="evaluate on the test split every EPOCHS epochs (default: "
+                             "after the last one only)")
     parser.add_argument("--accumulate", type=int, default=None, metavar="STEPS",
                         help="gradient accumulation: update every STEPS batches")
 

@@ -56,6 +56,11 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
     metrics = json.load(open(os.path.join(out, "metrics.json")))
     assert metrics["epochs"] == 2 and 0.0 <= metrics["test_accuracy"] <= 1.0
     assert history_epochs(out) == [0, 1]
+    # Evaluated once, after the last epoch: that is the run's test result.
+    with open(os.path.join(out, "history.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["val_accuracy"] == "NA"
+    assert float(rows[-1]["val_accuracy"]) == pytest.approx(metrics["test_accuracy"])
 
     model = os.path.join(out, "model.keras")
     assert main(["evaluate", "--model", model, "--dataset", data]) == 0
