@@ -133,7 +133,7 @@ def _train(args):
             overwrite=args.overwrite, weights=weights, distribute=args.distribute,
             model_parallel=args.model_parallel,
             gradient_accumulation_steps=args.accumulate,
-            validate_every=args.validate_every, verbose=2,
+            validate_every=args.validate_every, deterministic=args.deterministic, verbose=2,
         )
     except (ValueError, RuntimeError) as error:
         _fail(args.command, error)
@@ -359,6 +359,9 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
     parser.add_argument("--validate-every", type=int, default=None, metavar="EPOCHS",
                         help="evaluate on the test split every EPOCHS epochs (default: "
                              "after the last one only)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="deterministic kernels: a killed and resumed run ends with the "
+                             "weights of an uninterrupted one")
     parser.add_argument("--accumulate", type=int, default=None, metavar="STEPS",
                         help="gradient accumulation: update every STEPS batches")
 

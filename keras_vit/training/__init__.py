@@ -1,5 +1,6 @@
 """Training: the paper's recipes and the `keras-vit train` job."""
 
+from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
 from keras_vit.training.loop import SMALL_MODEL, model_arguments, plot_history, train
 from keras_vit.training.recipes import (
     RECIPES,

@@ -2,9 +2,10 @@
 
 A run writes into its output folder: `model.keras` (the final model),
 `class_names.json`, `history.csv`, `learning_curves.png`, `metrics.json`,
-and while it runs `backup/` (Keras `BackupAndRestore`: the model and
-optimizer state at the end of the last finished epoch). Starting the same
-command again after an interruption continues from there.
+and while it runs `backup/` (`CrashSafeBackup`: the model and optimizer
+state at the end of the last finished epoch, written atomically). Starting
+the same command again after an interruption continues from there; a loss
+that turns NaN stops the run with that checkpoint kept.
 """
 
 import json
@@ -92,6 +93,36 @@ def check_output_dir(output_dir, overwrite):
     return False
 
 
+def _deterministic_kernels():
+    """Deterministic kernels where the backend has a switch for them."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    elif keras.backend.backend() == "torch":
+        import torch
+
+        torch.use_deterministic_algorithms(True)
+    # JAX: XLA's CPU kernels are deterministic already.
+
+
+def _truncate_history(csv_path, epochs_done):
+    """Keeps the rows of `history.csv` of the epochs a checkpoint holds."""
+    import csv
+
+    if not os.path.isfile(csv_path):
+        return
+    with open(csv_path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return
+    kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) < epochs_done]
+    with open(csv_path, "w", newline="") as f:
+        csv.writer(f).writerows(kept)
+
+
 def plot_history(csv_path, png_path):
     """Plots loss and accuracy per epoch from a `history.csv`."""
     import csv
@@ -148,6 +179,7 @@ def train(
     model_parallel=2,
     gradient_accumulation_steps=None,
     validate_every=None,
+    deterministic=False,
     verbose=2,
     log=print,
 ):
@@ -187,6 +219,9 @@ def train(
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics (each evaluation of the main
             job costs ~1.5 s of its 5-minute budget).
+        deterministic: bool, make TensorFlow's (and torch's) kernels
+            deterministic too, so that a run killed and resumed any number
+            of times ends with the weights of an uninterrupted one.
         verbose: Keras progress verbosity.
         log: function that prints a line.
 
@@ -199,6 +234,12 @@ def train(
     from keras_vit import data as vit_data
     from keras_vit.data.augmentation import batch_augmentation, get_config
     from keras_vit.distribution import distribute as distribute_engine
+    from keras_vit.training.backup import (
+        CrashSafeBackup,
+        StopOnNonFiniteLoss,
+        latest_checkpoint,
+        replace_atomically,
+    )
     from keras_vit.training.recipes import get_recipe
 
     start = time.perf_counter()
@@ -263,6 +304,8 @@ def train(
     resuming = check_output_dir(output_dir, overwrite)
 
     keras.utils.set_random_seed(seed)
+    if deterministic:
+        _deterministic_kernels()
     common = dict(image_size=image_size, channels=channels, seed=seed)
     if data_dir is not None:
         common["data_dir"] = data_dir
@@ -323,12 +366,27 @@ def train(
     history_csv = os.path.join(output_dir, "history.csv")
     if not resuming and os.path.exists(history_csv):
         os.remove(history_csv)
+    backup_dir = os.path.join(output_dir, "backup")
+    guard = StopOnNonFiniteLoss()
+    # The history row of an epoch is written before its checkpoint: a kill
+    # in between leaves a row that the resumed run drops and writes again.
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
+        guard,
         keras.callbacks.CSVLogger(history_csv, append=True),
+        CrashSafeBackup(backup_dir),
     ]
+    resumed = latest_checkpoint(backup_dir) if resuming else None
     if resuming:
-        log(f"resuming from {os.path.join(output_dir, 'backup')}")
+        _truncate_history(history_csv, resumed[0] if resumed else 0)
+    if resumed is not None:
+        log(f"resuming from {resumed[1]} ({resumed[0]} of {epochs} epochs done)")
+        # tf.data draws each epoch's shuffle from the dataset's seed, one
+        # draw per iteration: replaying the finished epochs' draws gives
+        # the next epoch the order it has in an uninterrupted run (without
+        # this it would get the first epoch's).
+        if hasattr(train_data.data, "cardinality"):  # not a tf.distribute dataset
+            for _ in range(resumed[0]):
+                iter(train_data.data)
     fit_start = time.perf_counter()
     with plan.scope(), warnings.catch_warnings():
         # A tf.distribute dataset has no length until its first epoch ends,
@@ -345,6 +403,16 @@ def train(
             shuffle=False,  # the pipeline shuffles
         )
         fit_seconds = time.perf_counter() - fit_start
+        if guard.failure is not None:
+            found = latest_checkpoint(backup_dir)
+            kept = (f"the last good checkpoint (after epoch {found[0]}) is kept in {found[1]}"
+                    if found else "no epoch had finished, so there is no checkpoint")
+            raise RuntimeError(
+                f"Training diverged: the loss was {guard.failure['loss']} at epoch "
+                f"{guard.failure['epoch'] + 1}, batch {guard.failure['batch'] + 1}; {kept}. "
+                "Nothing was saved over it; lower the learning rate (another --recipe) "
+                "or check the data."
+            )
         metrics = {}
         if test_data is not None:
             logs = history.history
@@ -354,7 +422,7 @@ def train(
                 loss, accuracy = network.evaluate(test_data.data, verbose=0)
             metrics = {"test_loss": float(loss), "test_accuracy": float(accuracy)}
     paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
-    network.save(paths["model.keras"])
+    replace_atomically(paths["model.keras"], network.save)
     with open(paths["class_names.json"], "w") as f:
         json.dump(list(train_data.class_names), f)
     plot_history(history_csv, paths["learning_curves.png"])
@@ -368,6 +436,9 @@ def train(
         fit_seconds=round(fit_seconds, 1),
         total_seconds=round(time.perf_counter() - start, 1),
     )
-    with open(paths["metrics.json"], "w") as f:
-        json.dump(metrics, f, indent=2)
+    def write_metrics(path):
+        with open(path, "w") as f:
+            json.dump(metrics, f, indent=2)
+
+    replace_atomically(paths["metrics.json"], write_metrics)
     return {"metrics": metrics, "paths": paths}
