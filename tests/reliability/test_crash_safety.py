@@ -175,3 +175,20 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(tmp_path):
     difference = max(float(np.abs(a - b).max()) for a, b in zip(final, expected))
     print(f"kills survived: {kills}; largest weight difference: {difference}")
     assert difference == 0.0
+
+
+def test_repeated_predict_and_serving_calls_keep_memory_flat():
+    """`benchmarks/memory_growth.py` end to end, short (the README reports 5,000 calls)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "memory_growth.py")
+    spec = importlib.util.spec_from_file_location("memory_growth", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    results = benchmark.measure(BACKEND, calls=400, warmup=150)
+    expected = {"predict", "serving signature"} if BACKEND == "tensorflow" else {"predict"}
+    assert {r["case"] for r in results} == expected
+    for result in results:
+        # A leak of 100 kB a call would be 25 MB here; the allocators'
+        # own ups and downs stay within a few MB.
+        assert result["growth_mb"] < 20, result

@@ -205,3 +205,30 @@ def _fuzz_model():
     if "tiny" not in _MODELS:
         _MODELS["tiny"] = keras_vit.VisionTransformer(**TINY)
     return _MODELS["tiny"]
+
+
+def test_fuzzed_bytes_to_the_serving_signature_fail_the_request_clearly():
+    import tensorflow as tf
+
+    from keras_vit.export.saved_model import serving_module
+
+    module = serving_module(keras_vit.VisionTransformer(**TINY))
+    rng = np.random.default_rng(0)
+    good = tf.io.encode_png(rng.integers(0, 256, (20, 20, 3)).astype("uint8")).numpy()
+
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(data=mangled(good))
+    def check(data):
+        try:
+            result = module.serving_bytes(tf.constant([data, good]))
+        except tf.errors.InvalidArgumentError as error:
+            assert error.message  # the request fails, the server goes on
+            return
+        probabilities = result["probabilities"].numpy()
+        assert probabilities.shape == (2, TINY["classes"])
+        np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
+
+    check()
+    # The module still answers a good request after all that.
+    assert module.serving_bytes(tf.constant([good]))["probabilities"].shape == (1, 5)
