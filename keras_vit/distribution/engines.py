@@ -74,7 +74,7 @@ class Distributed:
     """A distribution engine chosen for this process, and how to use it.
 
     Attributes:
-        kind: `"data"` or `"model"`.
+        kind: `None` (one device), `"data"` or `"model"`.
         engine: the `tf.distribute.Strategy` or `keras.distribution.Distribution`.
         num_replicas: data-parallel copies of the model in all processes;
             the global batch is split over them.
@@ -134,7 +134,6 @@ class Distributed:
         described = make(global_batch_size // self.num_workers, shard)
         data = self.engine.distribute_datasets_from_function(per_pipeline)
         return dataclasses.replace(described, data=data)
-
 
     def prepare(self, model):
         """Readies a compiled `model` for `fit` inside `scope()`.
