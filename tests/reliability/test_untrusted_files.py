@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.weights.checkpoints import read_tensors
-from tests.conftest import TINY
+from tests.conftest import BACKEND, TINY
 
 MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".payload_ran")
 
@@ -207,6 +207,8 @@ def _fuzz_model():
     return _MODELS["tiny"]
 
 
+@pytest.mark.skipif(BACKEND == "torch", reason="the serving graph is traced on TensorFlow or JAX; "
+                    "torch models are exported through rebuild_on_tensorflow (tests/export)")
 def test_fuzzed_bytes_to_the_serving_signature_fail_the_request_clearly():
     import tensorflow as tf
 
