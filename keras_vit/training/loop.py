@@ -138,6 +138,7 @@ def plot_history(csv_path, png_path):
         return None
     epochs = [int(r["epoch"]) + 1 for r in rows]
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+
     def number(text):
         try:
             return float(text)
@@ -426,7 +427,7 @@ def train(
     with open(paths["class_names.json"], "w") as f:
         json.dump(list(train_data.class_names), f)
     plot_history(history_csv, paths["learning_curves.png"])
-    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
+    shutil.rmtree(backup_dir, ignore_errors=True)
     metrics.update(
         backend=keras.backend.backend(),
         parameters=network.count_params(),
