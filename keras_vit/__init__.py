@@ -1,6 +1,15 @@
 """keras_vit: the Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch)."""
 
-from keras_vit import distribution, export, inspect, layers, models, training, weights
+from keras_vit import (
+    distribution,
+    export,
+    inspect,
+    layers,
+    models,
+    pretraining,
+    training,
+    weights,
+)
 from keras_vit.models import (
     VisionTransformer,
     ViTB8,

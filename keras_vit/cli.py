@@ -147,6 +147,39 @@ def _train(args):
     return 0
 
 
+def _pretrain(args):
+    """Pre-trains a ViT encoder without labels and saves the run."""
+    from keras_vit.pretraining import pretrain
+
+    if args.objective == "mpp":
+        options = {"target": args.target, "corruption_rate": args.corruption_rate}
+    else:
+        options = {"mask_ratio": args.mask_ratio}
+        options.update({key: value for key, value in (
+            ("decoder_dim", args.decoder_dim), ("decoder_depth", args.decoder_depth),
+            ("decoder_heads", args.decoder_heads)) if value is not None})
+    try:
+        result = pretrain(
+            args.dataset, objective=args.objective, objective_options=options,
+            model=args.model, image_size=args.image_size, patch_size=args.patch_size,
+            epochs=args.epochs, batch_size=args.batch_size, recipe=args.recipe,
+            augmentation=args.augmentation, output_dir=args.output_dir, seed=args.seed,
+            data_dir=args.data_dir, overwrite=args.overwrite,
+            gradient_accumulation_steps=args.accumulate,
+            deterministic=args.deterministic, verbose=2,
+        )
+    except (ValueError, RuntimeError) as error:
+        _fail("pretrain", error)
+    metrics, paths = result["metrics"], result["paths"]
+    shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("loss", "accuracy") if k in metrics)
+    print(f"last epoch: {shown}; pre-trained in {metrics['fit_seconds']:.0f} s, "
+          f"{metrics['total_seconds']:.0f} s in all")
+    for name, path in paths.items():
+        print(f"  {name:<20} {path}")
+    print(f"fine-tune it: keras-vit finetune {paths['model.keras']} --recipe small")
+    return 0
+
+
 def _load_run_model(path):
     import json
 
@@ -329,8 +362,8 @@ def _inspect(args):
     return 0
 
 
-def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
-    """The data, schedule and output options that `train` and `finetune` share."""
+def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distributed=True):
+    """The data, schedule and output options that `train`, `finetune` and `pretrain` share."""
     parser.add_argument("--dataset", default="fashion_mnist",
                         help="'fashion_mnist', an image folder, or a TFDS name")
     parser.add_argument("--image-size", type=int, default=None,
@@ -347,6 +380,13 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
                         help="replace a finished run in OUTPUT_DIR")
     parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
                         help="Keras backend (default: KERAS_BACKEND or tensorflow)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="deterministic kernels: a killed and resumed run ends with the "
+                             "weights of an uninterrupted one")
+    parser.add_argument("--accumulate", type=int, default=None, metavar="STEPS",
+                        help="gradient accumulation: update every STEPS batches")
+    if not distributed:
+        return
     parser.add_argument("--distribute", choices=("data", "model"), default=None,
                         help="data parallel over all devices (JAX: keras.distribution, "
                              "TensorFlow: tf.distribute, multi-worker with TF_CONFIG) or "
@@ -359,11 +399,6 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir):
     parser.add_argument("--validate-every", type=int, default=None, metavar="EPOCHS",
                         help="evaluate on the test split every EPOCHS epochs (default: "
                              "after the last one only)")
-    parser.add_argument("--deterministic", action="store_true",
-                        help="deterministic kernels: a killed and resumed run ends with the "
-                             "weights of an uninterrupted one")
-    parser.add_argument("--accumulate", type=int, default=None, metavar="STEPS",
-                        help="gradient accumulation: update every STEPS batches")
 
 
 def build_parser():
@@ -444,6 +479,37 @@ def build_parser():
     _add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
                        output_dir="keras_vit_finetune")
     finetune.set_defaults(run=_train)
+
+    pretrain = commands.add_parser(
+        "pretrain",
+        help="self-supervised pre-training: masked patch prediction (the paper's) or MAE",
+        description=(
+            "Pre-trains a ViT encoder on the training images of a dataset without "
+            "their labels, with model.fit on a tf.data pipeline that computes the "
+            "masks and targets: the paper's masked patch prediction (--objective "
+            "mpp: 50% of the patch embeddings corrupted, 80/10/10 [mask]/other "
+            "patch/kept, predict each one's 3-bit mean colour) or MAE (--objective "
+            "mae). Saves model.keras, history.csv, learning_curves.png and "
+            "metrics.json in OUTPUT_DIR; resumes like `keras-vit train`. Then: "
+            "keras-vit finetune OUTPUT_DIR/model.keras."
+        ),
+    )
+    pretrain.add_argument("--objective", choices=("mpp", "mae"), default="mpp")
+    pretrain.add_argument("--model", default="small/4",
+                          help="'small/4' or a variant of the paper, e.g. Ti/16")
+    pretrain.add_argument("--patch-size", type=int, default=None)
+    pretrain.add_argument("--target", choices=("mean_color", "color_grid", "pixels"),
+                          default="mean_color", help="mpp: what to predict per corrupted patch")
+    pretrain.add_argument("--corruption-rate", type=float, default=0.5,
+                          help="mpp: fraction of patches corrupted")
+    pretrain.add_argument("--mask-ratio", type=float, default=0.75,
+                          help="mae: fraction of patches dropped")
+    pretrain.add_argument("--decoder-dim", type=int, default=None, help="mae decoder width")
+    pretrain.add_argument("--decoder-depth", type=int, default=None, help="mae decoder blocks")
+    pretrain.add_argument("--decoder-heads", type=int, default=None, help="mae decoder heads")
+    _add_run_arguments(pretrain, epochs=10, batch_size=128, recipe="small",
+                       output_dir="keras_vit_pretrain", distributed=False)
+    pretrain.set_defaults(run=_pretrain)
 
     evaluate = commands.add_parser("evaluate", help="evaluate a saved model")
     evaluate.add_argument("--model", default="keras_vit_run/model.keras")

@@ -3,7 +3,9 @@
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
 from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.masked_token_restoration import RestoreMaskedTokens
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding, patch_grid
 from keras_vit.layers.position_embedding import (
     PositionEmbedding,
@@ -13,6 +15,7 @@ from keras_vit.layers.position_embedding import (
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.stochastic_depth import StochasticDepth
 from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.layers.token_selection import SelectTokens
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
@@ -20,9 +23,12 @@ __all__ = [
     "ConvStem",
     "LayerScale",
     "MultiHeadSelfAttention",
+    "PatchCorruption",
     "PatchEmbedding",
     "PositionEmbedding",
     "RegisterTokens",
+    "RestoreMaskedTokens",
+    "SelectTokens",
     "StochasticDepth",
     "TokenPooling",
     "TransformerBlock",

@@ -27,6 +27,14 @@ SMALL_MODEL = dict(
     patch_size=1, hidden_dim=64, num_layers=3, num_heads=4, mlp_dim=128,
     stem_filters=(32, 32, 64), stem_strides=(2, 1, 2), class_token=False, pooling="gap",
 )
+# The same width on 4x4 pixel patches (7x7 of them at 28 px) and 4 blocks:
+# the paper's plain ViT, which masked-patch pre-training needs (a stem's
+# receptive field would show the encoder the pixels it must predict).
+SMALL_PATCH_MODEL = dict(
+    patch_size=4, hidden_dim=64, num_layers=4, num_heads=4, mlp_dim=128,
+    class_token=True, pooling="token",
+)
+SMALL_MODELS = {"small": SMALL_MODEL, "small/4": SMALL_PATCH_MODEL}
 
 OUTPUT_FILES = ("model.keras", "class_names.json", "history.csv",
                 "learning_curves.png", "metrics.json")
@@ -36,14 +44,16 @@ def model_arguments(model, patch_size=None):
     """`VisionTransformer` architecture arguments for a model name.
 
     Args:
-        model: `"small"` (the default of `keras-vit train`) or a variant
-            of the paper's table (`"Ti/16"`, `"S/16"`, ...).
+        model: `"small"` (the default of `keras-vit train`: a hybrid with
+            a convolutional stem), `"small/4"` (the same width on 4x4 pixel
+            patches, the default of `keras-vit pretrain`) or a variant of
+            the paper's table (`"Ti/16"`, `"S/16"`, ...).
         patch_size: int or `None`, overrides the patch size.
     """
     from keras_vit.models import decode_variant
 
-    if model == "small":
-        arguments = dict(SMALL_MODEL)
+    if model in SMALL_MODELS:
+        arguments = dict(SMALL_MODELS[model])
     else:
         arguments = dict(decode_variant(model), pooling="token", class_token=True)
     if patch_size is not None:
@@ -146,6 +156,9 @@ def plot_history(csv_path, png_path):
             return None
 
     for axis, metric in zip(axes, ("loss", "accuracy")):
+        if metric not in rows[0]:  # e.g. pixel regression: a loss only
+            axis.set_visible(False)
+            continue
         for prefix, label in (("", "train"), ("val_", "test")):
             points = [(e, number(r.get(prefix + metric))) for e, r in zip(epochs, rows)]
             points = [(e, v) for e, v in points if v is not None]
@@ -159,6 +172,82 @@ def plot_history(csv_path, png_path):
     figure.savefig(png_path, dpi=100)
     plt.close(figure)
     return png_path
+
+
+def fit_with_checkpoints(
+    model, data, *, epochs, output_dir, resuming=False, validation_data=None,
+    validation_freq=1, verbose=2, log=print,
+):
+    """`model.fit` that survives kills and stops on a diverged loss.
+
+    Writes `history.csv` (one row per epoch) and `backup/` (`CrashSafeBackup`)
+    into `output_dir`; when `resuming`, restarts from the newest complete
+    checkpoint there, keeps the history rows of the epochs it holds, and
+    replays the finished epochs' shuffles of `data` so the next epoch sees
+    the order (and masks) of an uninterrupted run. A non-finite loss stops
+    the run with a `RuntimeError` that says where the last good checkpoint is.
+
+    Returns:
+        `(history, fit_seconds)`.
+    """
+    import keras
+
+    from keras_vit.training.backup import (
+        CrashSafeBackup,
+        StopOnNonFiniteLoss,
+        latest_checkpoint,
+    )
+
+    history_csv = os.path.join(output_dir, "history.csv")
+    if not resuming and os.path.exists(history_csv):
+        os.remove(history_csv)
+    backup_dir = os.path.join(output_dir, "backup")
+    guard = StopOnNonFiniteLoss()
+    # The history row of an epoch is written before its checkpoint: a kill
+    # in between leaves a row that the resumed run drops and writes again.
+    callbacks = [
+        guard,
+        keras.callbacks.CSVLogger(history_csv, append=True),
+        CrashSafeBackup(backup_dir),
+    ]
+    resumed = latest_checkpoint(backup_dir) if resuming else None
+    if resuming:
+        _truncate_history(history_csv, resumed[0] if resumed else 0)
+    if resumed is not None:
+        log(f"resuming from {resumed[1]} ({resumed[0]} of {epochs} epochs done)")
+        # tf.data draws each epoch's shuffle from the dataset's seed, one
+        # draw per iteration: replaying the finished epochs' draws gives
+        # the next epoch the order it has in an uninterrupted run (without
+        # this it would get the first epoch's).
+        if hasattr(data, "cardinality"):  # not a tf.distribute dataset
+            for _ in range(resumed[0]):
+                iter(data)
+    fit_start = time.perf_counter()
+    with warnings.catch_warnings():
+        # A tf.distribute dataset has no length until its first epoch ends,
+        # which Keras reports as running out of data; it did not.
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        history = model.fit(
+            data,
+            epochs=epochs,
+            validation_data=validation_data,
+            validation_freq=validation_freq,
+            callbacks=callbacks,
+            verbose=verbose,
+            shuffle=False,  # the pipeline shuffles
+        )
+    fit_seconds = time.perf_counter() - fit_start
+    if guard.failure is not None:
+        found = latest_checkpoint(backup_dir)
+        kept = (f"the last good checkpoint (after epoch {found[0]}) is kept in {found[1]}"
+                if found else "no epoch had finished, so there is no checkpoint")
+        raise RuntimeError(
+            f"Training diverged: the loss was {guard.failure['loss']} at epoch "
+            f"{guard.failure['epoch'] + 1}, batch {guard.failure['batch'] + 1}; {kept}. "
+            "Nothing was saved over it; lower the learning rate (another --recipe) "
+            "or check the data."
+        )
+    return history, fit_seconds
 
 
 def train(
@@ -235,12 +324,7 @@ def train(
     from keras_vit import data as vit_data
     from keras_vit.data.augmentation import batch_augmentation, get_config
     from keras_vit.distribution import distribute as distribute_engine
-    from keras_vit.training.backup import (
-        CrashSafeBackup,
-        StopOnNonFiniteLoss,
-        latest_checkpoint,
-        replace_atomically,
-    )
+    from keras_vit.training.backup import replace_atomically
     from keras_vit.training.recipes import get_recipe
 
     start = time.perf_counter()
@@ -274,8 +358,8 @@ def train(
         stride = _stem_stride(source)
     else:
         arguments = model_arguments(model, patch_size)
-        image_size = image_size or (28 if model == "small" else 224)
-        channels = 1 if (dataset == "fashion_mnist" and model == "small") else 3
+        image_size = image_size or (28 if model in SMALL_MODELS else 224)
+        channels = 1 if (dataset == "fashion_mnist" and model in SMALL_MODELS) else 3
         stride = _stem_stride(arguments)
     patch = arguments["patch_size"] * stride
     if not isinstance(image_size, int) or image_size < 1 or image_size % patch:
@@ -353,6 +437,8 @@ def train(
         if weights is not None:
             from keras_vit.weights import from_checkpoint
 
+            if source["pooling"] is None:  # an encoder's tokens (a pre-training model)
+                options["pooling"] = "token" if source["class_token"] else "gap"
             network = from_checkpoint(weights, include_top=True, **options)
             model = f"fine-tuned {os.path.basename(str(weights))}"
         else:
@@ -364,56 +450,13 @@ def train(
         plan.prepare(network)
     log(f"model: {model} ViT, {network.count_params():,} parameters; recipe: {recipe}")
 
-    history_csv = os.path.join(output_dir, "history.csv")
-    if not resuming and os.path.exists(history_csv):
-        os.remove(history_csv)
-    backup_dir = os.path.join(output_dir, "backup")
-    guard = StopOnNonFiniteLoss()
-    # The history row of an epoch is written before its checkpoint: a kill
-    # in between leaves a row that the resumed run drops and writes again.
-    callbacks = [
-        guard,
-        keras.callbacks.CSVLogger(history_csv, append=True),
-        CrashSafeBackup(backup_dir),
-    ]
-    resumed = latest_checkpoint(backup_dir) if resuming else None
-    if resuming:
-        _truncate_history(history_csv, resumed[0] if resumed else 0)
-    if resumed is not None:
-        log(f"resuming from {resumed[1]} ({resumed[0]} of {epochs} epochs done)")
-        # tf.data draws each epoch's shuffle from the dataset's seed, one
-        # draw per iteration: replaying the finished epochs' draws gives
-        # the next epoch the order it has in an uninterrupted run (without
-        # this it would get the first epoch's).
-        if hasattr(train_data.data, "cardinality"):  # not a tf.distribute dataset
-            for _ in range(resumed[0]):
-                iter(train_data.data)
-    fit_start = time.perf_counter()
-    with plan.scope(), warnings.catch_warnings():
-        # A tf.distribute dataset has no length until its first epoch ends,
-        # which Keras reports as running out of data; it did not.
-        warnings.filterwarnings("ignore", message="Your input ran out of data")
-        validation_freq = validate_every or epochs
-        history = network.fit(
-            train_data.data,
-            epochs=epochs,
-            validation_data=test_data.data if test_data is not None else None,
-            validation_freq=validation_freq,
-            callbacks=callbacks,
-            verbose=verbose,
-            shuffle=False,  # the pipeline shuffles
+    validation_freq = validate_every or epochs
+    with plan.scope():
+        history, fit_seconds = fit_with_checkpoints(
+            network, train_data.data, epochs=epochs, output_dir=output_dir,
+            resuming=resuming, validation_data=test_data.data if test_data is not None else None,
+            validation_freq=validation_freq, verbose=verbose, log=log,
         )
-        fit_seconds = time.perf_counter() - fit_start
-        if guard.failure is not None:
-            found = latest_checkpoint(backup_dir)
-            kept = (f"the last good checkpoint (after epoch {found[0]}) is kept in {found[1]}"
-                    if found else "no epoch had finished, so there is no checkpoint")
-            raise RuntimeError(
-                f"Training diverged: the loss was {guard.failure['loss']} at epoch "
-                f"{guard.failure['epoch'] + 1}, batch {guard.failure['batch'] + 1}; {kept}. "
-                "Nothing was saved over it; lower the learning rate (another --recipe) "
-                "or check the data."
-            )
         metrics = {}
         if test_data is not None:
             logs = history.history
@@ -426,8 +469,8 @@ def train(
     replace_atomically(paths["model.keras"], network.save)
     with open(paths["class_names.json"], "w") as f:
         json.dump(list(train_data.class_names), f)
-    plot_history(history_csv, paths["learning_curves.png"])
-    shutil.rmtree(backup_dir, ignore_errors=True)
+    plot_history(os.path.join(output_dir, "history.csv"), paths["learning_curves.png"])
+    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
     metrics.update(
         backend=keras.backend.backend(),
         parameters=network.count_params(),

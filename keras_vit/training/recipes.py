@@ -241,7 +241,7 @@ class Recipe:
         )
 
     def compile(self, model, total_steps, gradient_accumulation_steps=None, **kwargs):
-        """Compiles `model` (logits out, one-hot labels in) for this recipe.
+        """Compiles `model` for this recipe (classifier: logits out, one-hot labels in).
 
         XLA is on for TensorFlow too (`jit_compile=True`; Keras leaves it
         off on machines without an accelerator): on a 2-core CPU a training
@@ -249,16 +249,18 @@ class Recipe:
         ViT-S/16. Not under a `tf.distribute` strategy with several
         replicas: XLA cannot reach the variables mirrored on other devices
         ("Trying to access resource ... located in device CPU:1").
-        `kwargs` (e.g. `jit_compile=False`) override.
+        `kwargs` (e.g. `jit_compile=False`, or a self-supervised
+        objective's `loss` and `weighted_metrics`) override.
         """
         if keras.backend.backend() in ("tensorflow", "jax"):
             kwargs.setdefault("jit_compile", not replicated_tensorflow())
+        if "loss" not in kwargs:
+            kwargs["loss"] = keras.losses.CategoricalCrossentropy(
+                from_logits=True, label_smoothing=self.label_smoothing
+            )
+            kwargs.setdefault("metrics", [keras.metrics.CategoricalAccuracy(name="accuracy")])
         model.compile(
             optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
-            loss=keras.losses.CategoricalCrossentropy(
-                from_logits=True, label_smoothing=self.label_smoothing
-            ),
-            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
             **kwargs,
         )
         return model

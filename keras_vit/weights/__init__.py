@@ -148,16 +148,18 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
 def load(model, path, resample_method=None):
     """Loads a weights file or checkpoint at `path` into `model`.
 
-    Keras files (`.weights.h5`, `.keras`) load as Keras saves them; official
-    `.npz`, Hugging Face and timm checkpoints are converted and checked
-    first (see `assign_canonical`). `resample_method` (`None`: the one the
+    `.weights.h5` files load as Keras saves them (same architecture); `.keras`
+    models (any keras_vit model: a classifier of another resolution or class
+    count, a pre-training model's encoder), official `.npz`, Hugging Face
+    and timm checkpoints are matched by weight path and checked first (see
+    `assign_canonical`). `resample_method` (`None`: the one the
     checkpoint's own code uses, see `source_resample_method`) moves the
     position grid to the model's.
 
     Returns:
         `model`.
     """
-    if path.endswith(KERAS_SUFFIXES):
+    if path.endswith(".weights.h5"):
         model.load_weights(path)
         return model
     from keras_vit.models import encoder_blocks

@@ -352,7 +352,8 @@ def keras_layer_configs(path):
 def _keras_vit_arguments(path, arguments):
     """What a keras_vit `.keras` file's layer configs add to its shapes."""
     configs = keras_layer_configs(path)
-    batch_shape = next(
+    # The image input (a pre-training model has mask inputs too).
+    batch_shape = configs.get("images", {}).get("batch_shape") or next(
         (c["batch_shape"] for c in configs.values() if "batch_shape" in c), None
     )
     if batch_shape:

@@ -1,0 +1,169 @@
+"""The `keras-vit pretrain` job: self-supervision on a dataset's images, with resume.
+
+A run writes into its output folder `model.keras` (the pre-training model:
+encoder, and the objective's `[mask]` embedding and head or decoder),
+`history.csv`, `learning_curves.png` and `metrics.json`, and while it runs
+`backup/` (the same crash-safe checkpoints as `keras-vit train`; the same
+command continues an interrupted run). `keras-vit finetune
+OUTPUT_DIR/model.keras` then trains a classifier from the encoder.
+"""
+
+import json
+import os
+import shutil
+import time
+
+# MAE's decoder for the small models (its paper's is 512 wide, 8 deep,
+# 16 heads, for encoders of width 768 and more).
+SMALL_DECODER = dict(decoder_dim=64, decoder_depth=2, decoder_heads=4)
+OUTPUT_FILES = ("model.keras", "history.csv", "learning_curves.png", "metrics.json")
+
+
+def pretrain(
+    dataset="fashion_mnist",
+    *,
+    objective="mpp",
+    objective_options=None,
+    model="small/4",
+    image_size=None,
+    patch_size=None,
+    epochs=10,
+    batch_size=128,
+    recipe="small",
+    augmentation="none",
+    output_dir="keras_vit_pretrain",
+    seed=0,
+    data_dir=None,
+    overwrite=False,
+    gradient_accumulation_steps=None,
+    deterministic=False,
+    verbose=2,
+    log=print,
+):
+    """Pre-trains a ViT encoder without labels and writes the run's outputs.
+
+    Args:
+        dataset: `"fashion_mnist"`, an image folder or a TFDS name (its
+            training images; labels are not used).
+        objective: `"mpp"` (the paper's masked patch prediction), `"mae"`,
+            or an objective object (`keras_vit.pretraining.MaskedPatchPrediction`, ...).
+        objective_options: dict of the objective's options (e.g.
+            `{"target": "color_grid"}`, `{"mask_ratio": 0.75}`); MAE's
+            decoder defaults to `SMALL_DECODER` for the small models.
+        model: `"small/4"` (a small ViT on 4x4 pixel patches) or a variant
+            name (`"Ti/16"`, ...); models with a convolutional stem are refused.
+        image_size, patch_size, epochs, batch_size, recipe, augmentation,
+            output_dir, seed, data_dir, overwrite,
+            gradient_accumulation_steps, deterministic, verbose, log: as
+            `keras_vit.training.train`.
+
+    Returns:
+        dict of the metrics (last epoch's loss, timings) and output paths.
+    """
+    import keras
+
+    import keras_vit
+    from keras_vit import data as vit_data
+    from keras_vit.data.augmentation import batch_augmentation, get_config
+    from keras_vit.pretraining.objectives import get_objective
+    from keras_vit.training.backup import replace_atomically
+    from keras_vit.training.loop import (
+        SMALL_MODELS,
+        _deterministic_kernels,
+        check_output_dir,
+        fit_with_checkpoints,
+        model_arguments,
+        plot_history,
+    )
+    from keras_vit.training.recipes import get_recipe
+
+    start = time.perf_counter()
+    # Every argument is checked before any data is read or model built.
+    recipe = get_recipe(recipe)
+    get_config(augmentation)
+    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+    options = dict(objective_options or {})
+    if objective == "mae" and model in SMALL_MODELS:
+        options = {**SMALL_DECODER, **options}
+    try:
+        objective = get_objective(objective, **options)
+    except TypeError as error:  # an option the objective does not have
+        raise ValueError(f"objective_options={options!r}: {error}") from None
+    arguments = model_arguments(model, patch_size)
+    if arguments.get("stem_filters"):
+        raise ValueError(
+            f"model={model!r} has a convolutional stem, whose receptive field crosses "
+            "patch borders and would show the encoder the pixels it must predict; "
+            "pre-train 'small/4' or a variant of the paper."
+        )
+    image_size = image_size or (28 if model in SMALL_MODELS else 224)
+    if not isinstance(image_size, int) or image_size < 1 or image_size % arguments["patch_size"]:
+        raise ValueError(
+            f"image_size {image_size!r} is not a positive multiple of the patch "
+            f"size {arguments['patch_size']}."
+        )
+    channels = 1 if (dataset == "fashion_mnist" and model in SMALL_MODELS) else 3
+    os.makedirs(output_dir, exist_ok=True)
+    resuming = check_output_dir(output_dir, overwrite)
+
+    keras.utils.set_random_seed(seed)
+    if deterministic:
+        _deterministic_kernels()
+    common = dict(image_size=image_size, channels=channels, seed=seed)
+    if data_dir is not None:
+        common["data_dir"] = data_dir
+    train_data = vit_data.load(
+        dataset, "train", training=True,
+        crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0), flip=True,
+        augmentation=batch_augmentation(augmentation, seed), batch_size=batch_size, **common,
+    )
+    steps_per_epoch = (train_data.size or 0) // batch_size
+    if not steps_per_epoch:
+        raise ValueError(f"Dataset {dataset!r} has fewer than batch_size={batch_size} images.")
+    encoder = keras_vit.VisionTransformer(
+        **{**arguments, "pooling": None}, include_top=False,
+        input_shape=(image_size, image_size, channels),
+        dropout_rate=recipe.dropout_rate, drop_path_rate=recipe.drop_path_rate,
+        seed=seed, name="encoder",
+    )
+    network = objective.build(encoder)
+    recipe.compile(
+        network, total_steps=steps_per_epoch * epochs,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        **objective.compile_arguments(),
+    )
+    log(
+        f"data: {dataset} ({train_data.size} images, labels unused) at "
+        f"{image_size}x{image_size}x{channels}"
+    )
+    log(
+        f"objective: {objective}; encoder: {model} ViT, {encoder.count_params():,} "
+        f"parameters ({network.count_params():,} with the objective's parts); recipe: {recipe}"
+    )
+    history, fit_seconds = fit_with_checkpoints(
+        network, objective.batches(train_data.data, network, seed), epochs=epochs,
+        output_dir=output_dir, resuming=resuming, verbose=verbose, log=log,
+    )
+    paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
+    replace_atomically(paths["model.keras"], network.save)
+    plot_history(paths["history.csv"], paths["learning_curves.png"])
+    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
+    last = {key: float(values[-1]) for key, values in history.history.items() if values}
+    metrics = {
+        **last,
+        "objective": type(objective).__name__,
+        "backend": keras.backend.backend(),
+        "encoder_parameters": encoder.count_params(),
+        "epochs": epochs,
+        "fit_seconds": round(fit_seconds, 1),
+        "total_seconds": round(time.perf_counter() - start, 1),
+    }
+
+    def write_metrics(path):
+        with open(path, "w") as f:
+            json.dump(metrics, f, indent=2)
+
+    replace_atomically(paths["metrics.json"], write_metrics)
+    return {"metrics": metrics, "paths": paths}
