@@ -27,10 +27,11 @@ def encoder(**overrides):
 
 
 def image_batches(count=32, batch_size=16):
-    # Blocky images, so patch colours vary and can be predicted from context.
+    # 2x2 blocks of 2x2 patches of one colour each: a masked patch's
+    # neighbours tell its colour, so there is something to learn.
     rng = np.random.default_rng(0)
-    blocks = rng.integers(0, 256, (count, 4, 4, 3))
-    images = np.repeat(np.repeat(blocks, 4, axis=1), 4, axis=2).astype("uint8")
+    blocks = rng.integers(0, 256, (count, 2, 2, 3))
+    images = np.repeat(np.repeat(blocks, 8, axis=1), 8, axis=2).astype("uint8")
     return vit_data.from_arrays(
         images, np.zeros(count, int), image_size=16, training=True, crop_scale=None,
         flip=False, batch_size=batch_size,
@@ -89,7 +90,7 @@ def test_a_few_fit_steps_lower_the_loss(name):
     model.fit(data, epochs=2, verbose=0)
     after = model.evaluate(data.take(1), verbose=0, return_dict=True)["loss"]
     assert np.isfinite(history.history["loss"]).all()
-    assert after < 0.97 * before, (before, after)
+    assert after < 0.9 * before, (before, after)
 
 
 @pytest.mark.parametrize("name", ["mpp", "mae"])

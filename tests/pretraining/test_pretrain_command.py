@@ -1,0 +1,110 @@
+"""`keras-vit pretrain`, then `keras-vit finetune` of its model; resume after a kill."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from keras_vit.cli import main
+from tests.conftest import last_json_line, run_python
+from tests.training.test_train_command import write_dataset
+
+SMALL_MAE = ["--objective", "mae", "--decoder-dim", "16", "--decoder-depth", "1",
+             "--decoder-heads", "2"]
+
+
+def pretrain_command(data, out, epochs, *extra):
+    return ["pretrain", "--dataset", data, "--image-size", "16", "--epochs", str(epochs),
+            "--batch-size", "16", "--output-dir", out, *extra]
+
+
+def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, capsys):
+    import keras
+
+    data = write_dataset(tmp_path / "data")
+    out = str(tmp_path / "pretrain")
+    assert main(pretrain_command(data, out, 2, *SMALL_MAE)) == 0
+    printed = capsys.readouterr().out
+    assert "labels unused" in printed and f"keras-vit finetune {out}/model.keras" in printed
+    for name in ("model.keras", "history.csv", "learning_curves.png", "metrics.json"):
+        assert os.path.isfile(os.path.join(out, name)), name
+    assert not os.path.exists(os.path.join(out, "backup"))
+    metrics = json.load(open(os.path.join(out, "metrics.json")))
+    assert metrics["objective"] == "MaskedAutoencoder" and np.isfinite(metrics["loss"])
+    with open(os.path.join(out, "history.csv")) as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1]
+    pretrained = keras.saving.load_model(os.path.join(out, "model.keras"))
+    assert pretrained.get_layer("visible_tokens") is not None
+
+    # Fine-tuning with zero epochs of change would prove nothing; check the
+    # model it starts from instead: `train(weights=...)` builds it through
+    # from_checkpoint, as `keras-vit finetune` does.
+    from keras_vit.training.loop import checkpoint_architecture
+
+    architecture = checkpoint_architecture(os.path.join(out, "model.keras"))
+    assert architecture["hidden_dim"] == 64 and architecture["input_shape"] == (16, 16, 3)
+    finetuned = str(tmp_path / "finetune")
+    assert main(["finetune", os.path.join(out, "model.keras"), "--dataset", data,
+                 "--epochs", "1", "--batch-size", "16", "--recipe", "small",
+                 "--output-dir", finetuned]) == 0
+    assert "test accuracy:" in capsys.readouterr().out
+    classifier = keras.saving.load_model(os.path.join(finetuned, "model.keras"))
+    assert classifier.output_shape == (None, 2)
+
+
+def test_pretrain_refuses_bad_arguments_before_any_work(tmp_path):
+    out = str(tmp_path / "never")
+    for extra, message in (
+        (["--model", "small"], "convolutional stem"),
+        (["--corruption-rate", "1.5"], "corruption_rate=1.5"),
+        (["--objective", "mae", "--mask-ratio", "0"], "mask_ratio=0.0"),
+        (["--image-size", "30"], "image_size 30 is not a positive multiple of the patch size 4"),
+    ):
+        with pytest.raises(SystemExit, match=message):
+            main(["pretrain", "--output-dir", out, *extra])
+        assert not os.path.exists(out)
+
+
+def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_path):
+    data = write_dataset(tmp_path / "data")
+    code = f"""
+        import json, numpy as np, keras
+        from keras_vit.pretraining import pretrain
+        from keras_vit.training import backup
+
+        lines = []
+
+        def run(out, epochs=3):
+            return pretrain({data!r}, objective="mpp", image_size=16, epochs=epochs,
+                            batch_size=16, output_dir=out, deterministic=True, verbose=0,
+                            log=lines.append)
+
+        run({str(tmp_path / 'unbroken')!r})
+        save = backup.CrashSafeBackup.on_epoch_end
+
+        def killed_after_epoch_2(self, epoch, logs=None):
+            save(self, epoch, logs)
+            if epoch == 1:
+                raise KeyboardInterrupt  # as a kill right after a checkpoint
+
+        backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_2
+        try:
+            run({str(tmp_path / 'killed')!r})
+        except KeyboardInterrupt:
+            pass
+        backup.CrashSafeBackup.on_epoch_end = save
+        del lines[:]
+        run({str(tmp_path / 'killed')!r})
+        a = keras.saving.load_model({str(tmp_path / 'unbroken' / 'model.keras')!r})
+        b = keras.saving.load_model({str(tmp_path / 'killed' / 'model.keras')!r})
+        diff = max(float(np.abs(keras.ops.convert_to_numpy(x) - keras.ops.convert_to_numpy(y)).max())
+                   for x, y in zip(a.weights, b.weights))
+        print(json.dumps({{"difference": diff, "log": lines}}))
+    """
+    result = last_json_line(run_python(code))
+    assert any("resuming from" in line and "(2 of 3 epochs done)" in line for line in result["log"])
+    assert result["difference"] == 0.0
+    with open(tmp_path / "killed" / "history.csv") as f:
+        assert [int(r["epoch"]) for r in csv.DictReader(f)] == [0, 1, 2]
