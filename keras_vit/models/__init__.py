@@ -1,6 +1,11 @@
 """ViT models: the variant table and the functional builders."""
 
-from keras_vit.models.variants import PUBLISHED, decode_variant, parameter_count
+from keras_vit.models.variants import (
+    PUBLISHED,
+    decode_variant,
+    flop_count,
+    parameter_count,
+)
 from keras_vit.models.vision_transformer import (
     BUILDERS,
     VisionTransformer,

@@ -73,6 +73,51 @@ def parameter_count(variant, image_size=224, classes=1000, channels=3):
     )
 
 
+def flop_count(variant, image_size=224, classes=1000, channels=3, training=False):
+    """Floating-point operations of one image through a ViT, counted analytically.
+
+    The matrix multiplications, at 2 FLOPs per multiply-add (the convention
+    of GEMM rates, so `flops * images/s` compares with a GEMM's FLOP/s):
+    the patch embedding, per block the q/k/v projections, the attention
+    scores and their product with the values, the output projection and
+    the two MLP layers, and the head. LayerNorms, softmax, GELU, biases and
+    residual additions (under 1% for the paper's variants) are not counted.
+    A training step counts 3x the forward pass (the backward pass computes
+    two products per forward one: gradients of inputs and of weights).
+
+    Args:
+        variant: a name (`"B/16"`) or a dict of `patch_size`, `hidden_dim`,
+            `num_layers` and `mlp_dim` (e.g. `decode_variant(...)`); a
+            class token is assumed.
+        image_size: int, the side of the square input.
+        classes: int, the head's classes (0: no head).
+        channels: int, image channels.
+        training: bool, count a training step (forward and backward).
+
+    Returns:
+        int, FLOPs per image.
+
+    Example:
+
+    >>> round(flop_count("B/16") / 1e9, 2)   # 17.58 GMACs per image
+    35.15
+    """
+    arch = decode_variant(variant) if isinstance(variant, str) else variant
+    patch, dim = arch["patch_size"], arch["hidden_dim"]
+    mlp, layers = arch["mlp_dim"], arch["num_layers"]
+    patches = (image_size // patch) ** 2
+    tokens = patches + 1
+    embedding = 2 * patches * patch * patch * channels * dim
+    block = (
+        2 * tokens * dim * 3 * dim  # q, k, v
+        + 2 * 2 * tokens * tokens * dim  # q k^T and attention x v, over all heads
+        + 2 * tokens * dim * dim  # output projection
+        + 2 * 2 * tokens * dim * mlp  # the two MLP layers
+    )
+    forward = embedding + layers * block + 2 * dim * classes
+    return 3 * forward if training else forward
+
+
 def variant_name(patch_size, hidden_dim, num_layers, num_heads, mlp_dim):
     """The table's name of an architecture (`"B/16"`), or `None`.
 

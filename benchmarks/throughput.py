@@ -1,0 +1,403 @@
+"""Throughput of keras_vit and its peers, side by side, against the GEMM limit.
+
+One command measures, in the same run on the same machine (each
+measurement in a fresh process, so backends and peak memory do not mix):
+
+- the limit: a large square matrix multiplication (fp32, bf16) per framework;
+- ViT-B/16 inference (224 px, batch 16) and ViT-S/16 training steps (224 px,
+  batch 32, AdamW) of keras_vit on each backend, keras-hub's
+  `ViTImageClassifier` (same configuration, random weights) on TensorFlow
+  and JAX, and Hugging Face `ViTForImageClassification` on PyTorch;
+- ViT-B/16 inference under `mixed_bfloat16` (keras_vit, keras-hub);
+- peak resident memory of a ViT-B/16 training step at batch 32 (optional,
+  `--memory`: one process per library);
+- the main job's small model on Fashion-MNIST: training steps/s including
+  its tf.data pipeline.
+
+Images/s become GFLOP/s through the analytic count of
+`keras_vit.models.flop_count` (2 FLOPs a multiply-add, training = 3x
+forward), the same count for every library. It prints a table with
+keras_vit / peer ratios and % of the fp32 GEMM rate of the same framework,
+and writes it as JSON with `--json`. Peers that are not installed are
+skipped with a note (keras-hub: `pip install --no-deps keras-hub==0.32.0`;
+its ViT needs none of its tokenizer dependencies).
+
+    python benchmarks/throughput.py [--backends tensorflow jax torch] [--memory]
+        [--json results.json] [--quick [--in-process]]
+
+`--quick` runs every measurement on a tiny model for a few steps (the test
+suite does, `--in-process`, so the benchmark cannot rot); its numbers mean
+nothing.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+FULL = {
+    "gemm_size": 4096,
+    "inference": dict(variant="B/16", image_size=224, batch=16, steps=5),
+    "training": dict(variant="S/16", image_size=224, batch=32, steps=4),
+    "memory": dict(variant="B/16", image_size=224, batch=32, steps=2),
+    "main_job_steps": 60,
+}
+QUICK = {
+    "gemm_size": 128,
+    "inference": dict(variant="tiny", image_size=32, batch=4, steps=2),
+    "training": dict(variant="tiny", image_size=32, batch=4, steps=2),
+    "memory": dict(variant="tiny", image_size=32, batch=4, steps=1),
+    "main_job_steps": 3,
+}
+TINY = {"patch_size": 8, "hidden_dim": 32, "num_layers": 2, "num_heads": 2, "mlp_dim": 64}
+CLASSES = 1000
+
+
+def architecture(variant):
+    from keras_vit.models import decode_variant
+
+    return dict(TINY) if variant == "tiny" else decode_variant(variant)
+
+
+def timed(step, steps, warmup=2):
+    """Median seconds of `step()` over `steps` calls, after `warmup` calls."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return times[len(times) // 2]
+
+
+# --- workers: each runs in its own process under one backend ---------------
+
+
+def gemm(backend, size, dtype):
+    """GFLOP/s of a `size`^3 matmul in the backend's framework."""
+    import numpy as np
+
+    a = np.random.default_rng(0).normal(size=(size, size)).astype("float32")
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.cast(tf.constant(a), dtype)
+        matmul = tf.function(lambda: tf.matmul(x, x))
+        step = lambda: matmul().numpy()  # noqa: E731
+    elif backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        x = jnp.asarray(a, dtype=dtype)
+        matmul = jax.jit(lambda m: m @ m)
+        step = lambda: matmul(x).block_until_ready()  # noqa: E731
+    else:
+        import torch
+
+        x = torch.tensor(a).to(getattr(torch, dtype))
+        step = lambda: torch.matmul(x, x)  # noqa: E731
+    seconds = timed(step, steps=5)
+    return {"gflops": 2 * size**3 / seconds / 1e9, "seconds": seconds}
+
+
+def keras_model(library, variant, image_size):
+    import keras
+
+    arch = architecture(variant)
+    shape = (image_size, image_size, 3)
+    if library == "keras_vit":
+        import keras_vit
+
+        return keras_vit.VisionTransformer(
+            **arch, input_shape=shape, classes=CLASSES, classifier_activation=None,
+            include_rescaling=False,
+        )
+    import keras_hub
+
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=shape, patch_size=arch["patch_size"], num_layers=arch["num_layers"],
+        num_heads=arch["num_heads"], hidden_dim=arch["hidden_dim"], mlp_dim=arch["mlp_dim"],
+    )
+    model = keras_hub.models.ViTImageClassifier(backbone, num_classes=CLASSES)
+    assert isinstance(model, keras.Model)
+    return model
+
+
+def hf_model(variant, image_size):
+    import torch
+    from transformers import ViTConfig, ViTForImageClassification
+
+    arch = architecture(variant)
+    config = ViTConfig(
+        image_size=image_size, patch_size=arch["patch_size"], hidden_size=arch["hidden_dim"],
+        num_hidden_layers=arch["num_layers"], num_attention_heads=arch["num_heads"],
+        intermediate_size=arch["mlp_dim"], num_labels=CLASSES,
+    )
+    torch.manual_seed(0)
+    return ViTForImageClassification(config)
+
+
+def inputs(batch, image_size, channels_first=False):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    shape = (batch, 3, image_size, image_size) if channels_first else (batch, image_size, image_size, 3)
+    return rng.uniform(-1, 1, shape).astype("float32"), rng.integers(0, CLASSES, batch)
+
+
+def inference(library, variant, image_size, batch, steps, precision="float32"):
+    """Images/s of forward passes."""
+    if library == "huggingface":
+        import torch
+
+        model = hf_model(variant, image_size).eval()
+        x = torch.tensor(inputs(batch, image_size, channels_first=True)[0])
+
+        def step():
+            with torch.no_grad():
+                model(pixel_values=x)
+    else:
+        import keras
+
+        keras.config.set_dtype_policy(precision)
+        model = keras_model(library, variant, image_size)
+        x = inputs(batch, image_size)[0]
+        step = lambda: model.predict_on_batch(x)  # noqa: E731
+    seconds = timed(step, steps)
+    return {"images_per_second": batch / seconds}
+
+
+def training(library, variant, image_size, batch, steps):
+    """Images/s of AdamW training steps, and the process's peak memory."""
+    import resource
+
+    if library == "huggingface":
+        import torch
+
+        model = hf_model(variant, image_size).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+        x, y = inputs(batch, image_size, channels_first=True)
+        x, y = torch.tensor(x), torch.tensor(y)
+
+        def step():
+            optimizer.zero_grad()
+            loss = model(pixel_values=x, labels=y).loss
+            loss.backward()
+            optimizer.step()
+    else:
+        import keras
+
+        model = keras_model(library, variant, image_size)
+        model.compile(
+            optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        x, y = inputs(batch, image_size)
+        step = lambda: model.train_on_batch(x, y)  # noqa: E731
+    seconds = timed(step, steps, warmup=1)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+    return {"images_per_second": batch / seconds, "peak_memory_mb": peak}
+
+
+def main_job(steps):
+    """Training steps/s of `keras-vit train`'s model, its pipeline included."""
+    import keras
+
+    import keras_vit
+    from keras_vit import data as vit_data
+    from keras_vit.training import get_recipe
+    from keras_vit.training.loop import model_arguments
+
+    data = vit_data.load("fashion_mnist", "train", training=True, crop_scale=None,
+                         image_size=28, channels=1, batch_size=128)
+    model = keras_vit.VisionTransformer(
+        **model_arguments("small"), input_shape=(28, 28, 1), classes=10,
+        classifier_activation=None,
+    )
+    get_recipe("small").compile(model, total_steps=10 * steps)
+    times = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    warmup = 5
+    wall = time.perf_counter()
+    model.fit(data.data.take(steps + warmup), epochs=1, verbose=0, callbacks=[Clock()])
+    wall = time.perf_counter() - wall
+    steady = sorted(times[warmup:])
+    return {"steps_per_second": 1 / steady[len(steady) // 2], "batch": 128,
+            "fit_seconds_with_compile": wall}
+
+
+WORKERS = {"gemm": gemm, "inference": inference, "training": training, "main_job": main_job}
+
+
+def measure(task):
+    """Runs one measurement: a task dict as `plan` makes them."""
+    task = dict(task)
+    name, backend = task.pop("task"), task.pop("backend")
+    if name == "gemm":  # the others run on KERAS_BACKEND's framework
+        task["backend"] = backend
+    return WORKERS[name](**task)
+
+
+# --- the orchestrator -------------------------------------------------------
+
+
+def installed(module):
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def run(backend, task, timeout, in_process=False):
+    """A measurement in a fresh process (or this one); `None` and a note on failure."""
+    if in_process:
+        try:
+            return measure({**task, "backend": backend}), None
+        except Exception as error:  # a peer's failure is a note, not the end
+            return None, f"{type(error).__name__}: {str(error)[:300]}"
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
+    if backend == "jax":
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", json.dumps({**task, "backend": backend})],
+            env=env, capture_output=True, text=True, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout} s"
+    if done.returncode:
+        return None, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"
+    return json.loads(done.stdout.strip().splitlines()[-1]), None
+
+
+def plan(backends, settings, memory):
+    """The measurements: `(row name, library, backend, task)`."""
+    rows = []
+    for backend in backends:
+        for dtype in ("float32", "bfloat16"):
+            rows.append((f"GEMM {settings['gemm_size']}^3 {dtype}", "framework", backend,
+                         {"task": "gemm", "backend": backend, "size": settings["gemm_size"], "dtype": dtype}))
+    peers = {"tensorflow": ["keras_hub"], "jax": ["keras_hub"], "torch": ["huggingface"]}
+    inference_config, training_config = settings["inference"], settings["training"]
+    for backend in backends:
+        for library in ["keras_vit", *peers[backend]]:
+            rows.append((f"inference {inference_config['variant']} fp32", library, backend,
+                         {"task": "inference", "library": library, **inference_config}))
+            if library != "huggingface" and backend != "torch":
+                rows.append((f"inference {inference_config['variant']} bf16", library, backend,
+                             {"task": "inference", "library": library, "precision": "mixed_bfloat16",
+                              **inference_config}))
+            rows.append((f"training {training_config['variant']} fp32", library, backend,
+                         {"task": "training", "library": library, **training_config}))
+            if memory:
+                rows.append((f"memory {settings['memory']['variant']} training", library, backend,
+                             {"task": "training", "library": library, **settings["memory"]}))
+        rows.append(("main job (small, Fashion-MNIST)", "keras_vit", backend,
+                     {"task": "main_job", "steps": settings["main_job_steps"]}))
+    return rows
+
+
+def available(library):
+    module = {"keras_vit": "keras_vit", "keras_hub": "keras_hub", "huggingface": "transformers",
+              "framework": None}[library]
+    return module is None or installed(module)
+
+
+def flops_per_image(task):
+    from keras_vit.models import flop_count
+
+    return flop_count(architecture(task["variant"]), task["image_size"], CLASSES,
+                      training=task["task"] == "training")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
+    parser.add_argument("--memory", action="store_true",
+                        help="also the peak memory of a ViT-B/16 training step at batch 32")
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--quick", action="store_true", help="tiny model, few steps")
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds per measurement")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every measurement in this process (one backend: "
+                             "KERAS_BACKEND's; no per-library peak memory)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker is not None:
+        print(json.dumps(measure(json.loads(args.worker))))
+        return 0
+    if args.in_process:
+        import keras
+
+        if args.backends != [keras.backend.backend()] or args.memory:
+            parser.error("--in-process measures KERAS_BACKEND's backend only "
+                         f"(--backends {keras.backend.backend()}), without --memory")
+    for backend in args.backends:
+        if backend not in ("tensorflow", "jax", "torch"):
+            parser.error(f"--backends: unknown backend {backend!r}")
+    backends = [b for b in args.backends if installed(b)]
+    notes = [f"backend {b} is not installed: skipped" for b in args.backends if b not in backends]
+    settings = QUICK if args.quick else FULL
+    results, gemm_rates = [], {}
+    for name, library, backend, task in plan(backends, settings, args.memory):
+        if not available(library):
+            note = f"{library} is not installed: {name} on {backend} skipped"
+            if note not in notes:
+                notes.append(note)
+            continue
+        measured, failure = run(backend, task, args.timeout, args.in_process)
+        row = {"measurement": name, "library": library, "backend": backend, **(measured or {})}
+        if failure:
+            row["error"] = failure
+            notes.append(f"{library} {name} on {backend} failed: {failure}")
+        elif task["task"] == "gemm":
+            gemm_rates[(backend, task["dtype"])] = measured["gflops"]
+        elif "images_per_second" in measured:
+            row["gflops"] = measured["images_per_second"] * flops_per_image(task) / 1e9
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    for row in results:
+        limit = gemm_rates.get((row["backend"], "float32"))
+        if "gflops" in row and limit and row["library"] != "framework":
+            row["percent_of_fp32_gemm"] = 100 * row["gflops"] / limit
+        if row["library"] not in ("keras_vit", "framework") and "images_per_second" in row:
+            ours = next((r for r in results if r["library"] == "keras_vit"
+                         and r["backend"] == row["backend"] and r["measurement"] == row["measurement"]
+                         and "images_per_second" in r), None)
+            if ours:
+                row["keras_vit_ratio"] = ours["images_per_second"] / row["images_per_second"]
+    print_table(results, notes)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": settings, "results": results, "notes": notes}, f, indent=2)
+    return 0
+
+
+def print_table(results, notes):
+    print("\n| measurement | library | backend | images/s | GFLOP/s | % fp32 GEMM | keras_vit / this | peak MB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in results:
+        def cell(key, spec):
+            return format(row[key], spec) if key in row else ""
+        rate = cell("images_per_second", ".2f") or (
+            f"{row['steps_per_second']:.2f} steps/s" if "steps_per_second" in row else "")
+        gflops = cell("gflops", ".1f")
+        print(f"| {row['measurement']} | {row['library']} | {row['backend']} | {rate} | {gflops} | "
+              f"{cell('percent_of_fp32_gemm', '.0f')} | {cell('keras_vit_ratio', '.2f')} | "
+              f"{cell('peak_memory_mb', '.0f') if row['measurement'].startswith('memory') else ''} |")
+    for note in notes:
+        print(f"note: {note}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""The benchmarks run end to end (quick mode), and the FLOP count they use is right."""
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from keras_vit.models import flop_count
+from tests.conftest import BACKEND
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_flop_count_of_vit_b16_matches_the_hand_count():
+    tokens, dim, mlp = 197, 768, 3072
+    embedding = 2 * 196 * (16 * 16 * 3) * dim  # 231,211,008
+    block = (
+        2 * tokens * dim * 3 * dim  # q, k, v: 697,171,968
+        + 2 * tokens * tokens * dim  # q k^T: 59,610,624
+        + 2 * tokens * tokens * dim  # attention x v: 59,610,624
+        + 2 * tokens * dim * dim  # output projection: 232,390,656
+        + 2 * tokens * dim * mlp * 2  # MLP: 1,859,125,248
+    )
+    head = 2 * dim * 1000
+    assert embedding + 12 * block + head == 35_127_656_448
+    assert flop_count("B/16") == 35_127_656_448  # 17.56 GMACs, as usually quoted
+    assert flop_count("S/16", training=True) == 3 * flop_count("S/16")
+    assert flop_count("B/16", image_size=384) > 3 * flop_count("B/16")  # 577 tokens
+
+
+def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "throughput", os.path.join(ROOT, "benchmarks", "throughput.py")
+    )
+    throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(throughput)
+    out = tmp_path / "results.json"
+    assert throughput.main(
+        ["--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]
+    ) == 0
+    table = capsys.readouterr().out
+    assert "| measurement | library | backend |" in table
+    results = json.loads(out.read_text())["results"]
+    measured = {(r["measurement"], r["library"]) for r in results if "error" not in r}
+    for row in ("GEMM 128^3 float32", "inference tiny fp32", "training tiny fp32"):
+        library = "framework" if row.startswith("GEMM") else "keras_vit"
+        assert (row, library) in measured, (row, results)
+    assert ("main job (small, Fashion-MNIST)", "keras_vit") in measured
+    for row in results:
+        if "gflops" in row:
+            assert row["gflops"] > 0
+        if row["library"] == "keras_vit" and "images_per_second" in row:
+            assert row["images_per_second"] > 0 and "percent_of_fp32_gemm" in row
+    peer = "huggingface" if BACKEND == "torch" else "keras_hub"
+    peer_module = "transformers" if peer == "huggingface" else "keras_hub"
+    if importlib.util.find_spec(peer_module) is not None:
+        ratios = [r for r in results if r["library"] == peer and "keras_vit_ratio" in r]
+        assert ratios and all(r["keras_vit_ratio"] > 0 for r in ratios)
+    else:
+        assert f"{peer} is not installed" in table
