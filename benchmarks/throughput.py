@@ -171,7 +171,7 @@ def inference(library, variant, image_size, batch, steps, precision="float32"):
     return {"images_per_second": batch / seconds}
 
 
-def training(library, variant, image_size, batch, steps):
+def training(library, variant, image_size, batch, steps, jit_compile="auto"):
     """Images/s of AdamW training steps, and the process's peak memory."""
     import resource
 
@@ -195,6 +195,7 @@ def training(library, variant, image_size, batch, steps):
         model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.1),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            jit_compile=jit_compile,
         )
         x, y = inputs(batch, image_size)
         step = lambda: model.train_on_batch(x, y)  # noqa: E731
@@ -299,6 +300,10 @@ def plan(backends, settings, memory):
                               **inference_config}))
             rows.append((f"training {training_config['variant']} fp32", library, backend,
                          {"task": "training", "library": library, **training_config}))
+            if backend == "tensorflow":  # Keras leaves XLA off on CPUs; keras_vit's recipes turn it on
+                rows.append((f"training {training_config['variant']} fp32 XLA", library, backend,
+                             {"task": "training", "library": library, "jit_compile": True,
+                              **training_config}))
             if memory:
                 rows.append((f"memory {settings['memory']['variant']} training", library, backend,
                              {"task": "training", "library": library, **settings["memory"]}))
@@ -331,6 +336,9 @@ def main(argv=None):
     parser.add_argument("--in-process", action="store_true",
                         help="run every measurement in this process (one backend: "
                              "KERAS_BACKEND's; no per-library peak memory)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="MEASUREMENT",
+                        help="run only these measurements (names as in the table's first "
+                             "column; the GEMM rows always run)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
@@ -350,6 +358,8 @@ def main(argv=None):
     settings = QUICK if args.quick else FULL
     results, gemm_rates = [], {}
     for name, library, backend, task in plan(backends, settings, args.memory):
+        if args.only and name not in args.only and task["task"] != "gemm":
+            continue
         if not available(library):
             note = f"{library} is not installed: {name} on {backend} skipped"
             if note not in notes:
