@@ -149,7 +149,7 @@ def inputs(batch, image_size, channels_first=False):
     return rng.uniform(-1, 1, shape).astype("float32"), rng.integers(0, CLASSES, batch)
 
 
-def inference(library, variant, image_size, batch, steps, precision="float32"):
+def inference(library, variant, image_size, batch, steps, precision="float32", jit_compile="auto"):
     """Images/s of forward passes."""
     if library == "huggingface":
         import torch
@@ -165,6 +165,7 @@ def inference(library, variant, image_size, batch, steps, precision="float32"):
 
         keras.config.set_dtype_policy(precision)
         model = keras_model(library, variant, image_size)
+        model.compile(jit_compile=jit_compile)
         x = inputs(batch, image_size)[0]
         step = lambda: model.predict_on_batch(x)  # noqa: E731
     seconds = timed(step, steps)
@@ -294,6 +295,10 @@ def plan(backends, settings, memory):
         for library in ["keras_vit", *peers[backend]]:
             rows.append((f"inference {inference_config['variant']} fp32", library, backend,
                          {"task": "inference", "library": library, **inference_config}))
+            if backend == "tensorflow":
+                rows.append((f"inference {inference_config['variant']} fp32 XLA", library, backend,
+                             {"task": "inference", "library": library, "jit_compile": True,
+                              **inference_config}))
             if library != "huggingface" and backend != "torch":
                 rows.append((f"inference {inference_config['variant']} bf16", library, backend,
                              {"task": "inference", "library": library, "precision": "mixed_bfloat16",

@@ -99,8 +99,8 @@ def flop_count(variant, image_size=224, classes=1000, channels=3, training=False
 
     Example:
 
-    >>> round(flop_count("B/16") / 1e9, 2)   # 17.58 GMACs per image
-    35.15
+    >>> round(flop_count("B/16") / 1e9, 2)   # 17.56 GMACs per image
+    35.13
     """
     arch = decode_variant(variant) if isinstance(variant, str) else variant
     patch, dim = arch["patch_size"], arch["hidden_dim"]
