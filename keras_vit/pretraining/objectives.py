@@ -355,8 +355,9 @@ class MaskedAutoencoder:
         chain = encoder_chain(encoder)
         geometry = patch_geometry(encoder)
         self._check(geometry)
-        block = encoder.get_layer(chain[-2].name) if chain[-2].name.startswith("encoderblock_") else None
-        block_config = block.get_config() if block is not None else {}
+        # The decoder's blocks take the encoder's GELU form and LayerNorm epsilon.
+        blocks = [layer for layer in chain if layer.name.startswith("encoderblock_")]
+        block_config = blocks[-1].get_config() if blocks else {}
         images = keras.Input(shape=encoder.input_shape[1:], name="images")
         kept = keras.Input(shape=(self.num_kept(geometry),), dtype="int32", name="kept_patches")
         restore = keras.Input(shape=(geometry.num_patches,), dtype="int32", name="restore_order")
