@@ -12,6 +12,18 @@ from keras_vit.layers.stochastic_depth import StochasticDepth
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
+def gelu_approximate(x):
+    """GELU in its tanh approximation (original ViT checkpoints)."""
+    return ops.gelu(x, approximate=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+def gelu_exact(x):
+    """GELU with the exact erf (Hugging Face ViT, DINOv2)."""
+    return ops.gelu(x, approximate=False)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
 class TransformerBlock(keras.layers.Layer):
     """One pre-norm encoder block: `x + MSA(LN(x))`, then `x + MLP(LN(x))`.
 
@@ -119,8 +131,12 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="mlp_norm", **common
         )
+        # GELU as the Dense's activation: TensorFlow's oneDNN remapper then
+        # fuses it into the matmul at inference (an inline GELU stays ~8
+        # separate element-wise passes over the widest activations).
         self.mlp_dense_1 = keras.layers.Dense(
             mlp_dim,
+            activation=gelu_approximate if approximate_gelu else gelu_exact,
             kernel_initializer=self._clone(self.kernel_initializer),
             bias_initializer=self._clone(self.mlp_bias_initializer),
             name="mlp_dense_1",
@@ -185,12 +201,16 @@ class TransformerBlock(keras.layers.Layer):
         x = self.dropout(x, training=training)
         x = inputs + self._residual(x, self.attention_scale, training)
 
-        y = self.mlp_norm(x)
+        # The MLP sees (batch * tokens, width) matrices: on TensorFlow a
+        # plain MatMul takes the bias and GELU into one oneDNN kernel, where a
+        # batched one leaves them as separate passes over the activations.
+        num_tokens, width = ops.shape(x)[1], x.shape[-1]
+        y = self.mlp_norm(ops.reshape(x, (-1, width)))
         y = self.mlp_dense_1(y)
-        y = ops.gelu(y, approximate=self.approximate_gelu)
         y = self.dropout(y, training=training)
         y = self.mlp_dense_2(y)
         y = self.dropout(y, training=training)
+        y = ops.reshape(y, (-1, num_tokens, width))
         outputs = x + self._residual(y, self.mlp_scale, training)
         if return_attention_scores:
             return outputs, scores
