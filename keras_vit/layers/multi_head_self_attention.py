@@ -31,10 +31,23 @@ def _projection_initializer(initializer, fan_in, fan_out, shape):
     return initialize
 
 
-# `ops.dot_product_attention` is a fused kernel on JAX (cuDNN on GPUs) and
-# PyTorch (SDPA); on TensorFlow it is two einsums over token-major tensors,
-# which the explicit head-major path beats by ~2x on CPUs.
-_FUSED_ATTENTION = keras.backend.backend() != "tensorflow"
+def fused_attention_kernel_available():
+    """Whether `keras.ops.dot_product_attention` runs a fused kernel here.
+
+    It does on PyTorch (SDPA, on CPUs too; its backward keeps less memory)
+    and on JAX with a GPU (cuDNN). Elsewhere it is two einsums over
+    token-major tensors, and the explicit head-major matmuls beat it on this
+    project's CPU benchmark (ViT-B/16 inference: TensorFlow 2x per
+    attention, JAX +14-23% per model; ViT-S/16 training on JAX +32%).
+    """
+    backend = keras.backend.backend()
+    if backend == "torch":
+        return True
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    return False
 
 
 def attention_output_spec(layer, inputs, return_attention_scores):
@@ -61,11 +74,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     kernel of shape `(hidden_dim, 3, num_heads, head_dim)` (q, k, v stacked
     on axis 1, heads on their own axis so that they can be sharded); the
     output projection's kernel has shape `(num_heads, head_dim, hidden_dim)`.
-    On JAX and PyTorch attention runs on the fused
-    `keras.ops.dot_product_attention` path. The explicit head-major path
-    (two batched matmuls, softmax in float32) serves TensorFlow, where it is
-    the faster one, and any backend when the attention probabilities are
-    asked for (logits then in float32 too) or attention dropout is active.
+    Where `keras.ops.dot_product_attention` is a fused kernel (PyTorch's
+    SDPA, JAX on a GPU) attention runs on it. Elsewhere, and on any backend
+    when the attention probabilities are asked for (logits then in float32)
+    or attention dropout is active, it runs as two batched matmuls over
+    head-major tensors with the softmax in float32
+    (see `fused_attention_kernel_available`).
 
     Args:
         num_heads: int, the number of attention heads; must divide the
@@ -190,7 +204,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             for part in ops.split(qkv, 3, axis=-1)
         )
         use_dropout = bool(training) and self.dropout > 0
-        if return_attention_scores or use_dropout or not _FUSED_ATTENTION:
+        explicit = return_attention_scores or use_dropout
+        if explicit or not fused_attention_kernel_available():
             context, scores = self._explicit_attention(
                 query, key, value, use_dropout, full_precision=return_attention_scores
             )
