@@ -59,3 +59,35 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         assert ratios and all(r["keras_vit_ratio"] > 0 for r in ratios)
     else:
         assert f"{peer} is not installed" in table
+
+
+def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    spec = importlib.util.spec_from_file_location(
+        "agreement", os.path.join(ROOT, "benchmarks", "mixed_precision_agreement.py")
+    )
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    model = keras_vit.VisionTransformer(
+        patch_size=7, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
+        input_shape=(28, 28, 1), classes=10,
+    )
+    head = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)][-1]
+    rng = np.random.default_rng(0)
+    head.kernel.assign(rng.normal(0, 1, head.kernel.shape).astype("float32"))
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+
+    result = benchmark.agreement(path, limit=200, batch_size=100)
+
+    assert result["images"] == 200
+    # bfloat16 really ran (outputs moved) and stayed close to float32.
+    assert 0 < result["max_abs_output_difference"] < 0.2
+    assert result["top1_agreement"] >= 0.9
+    for key in ("accuracy_float32", "accuracy_mixed_bfloat16"):
+        assert 0 <= result[key] <= 1
+    assert keras.config.dtype_policy().name == "float32"  # restored
