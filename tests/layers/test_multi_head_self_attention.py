@@ -33,7 +33,7 @@ class MultiHeadSelfAttentionTest(testing.TestCase):
         )
         self.assertAllClose(ops.convert_to_numpy(outputs), expected, atol=1e-5)
         self.assertAllClose(ops.convert_to_numpy(scores), probs, atol=1e-6)
-        # The default path (fused on JAX/torch, head-major on TensorFlow).
+        # The default path (fused where it is a kernel, head-major elsewhere).
         self.assertAllClose(ops.convert_to_numpy(layer(x)), expected, atol=1e-5)
 
     def test_fused_path_equals_explicit_path(self):
