@@ -12,6 +12,16 @@ from tests.conftest import BACKEND
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def load_benchmark(name):
+    """A script of `benchmarks/` as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "benchmarks", f"{name}.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_flop_count_of_vit_b16_matches_the_hand_count():
     tokens, dim, mlp = 197, 768, 3072
     embedding = 2 * 196 * (16 * 16 * 3) * dim  # 231,211,008
@@ -30,11 +40,7 @@ def test_flop_count_of_vit_b16_matches_the_hand_count():
 
 
 def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "throughput", os.path.join(ROOT, "benchmarks", "throughput.py")
-    )
-    throughput = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(throughput)
+    throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
     assert throughput.main(
         ["--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]
@@ -67,11 +73,7 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
 
     import keras_vit
 
-    spec = importlib.util.spec_from_file_location(
-        "agreement", os.path.join(ROOT, "benchmarks", "mixed_precision_agreement.py")
-    )
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+    benchmark = load_benchmark("mixed_precision_agreement")
     model = keras_vit.VisionTransformer(
         patch_size=7, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
         input_shape=(28, 28, 1), classes=10,
