@@ -3,24 +3,13 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.gelu import gelu_approximate, gelu_exact
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
     MultiHeadSelfAttention,
     attention_output_spec,
 )
 from keras_vit.layers.stochastic_depth import StochasticDepth
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-def gelu_approximate(x):
-    """GELU in its tanh approximation (original ViT checkpoints)."""
-    return ops.gelu(x, approximate=True)
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-def gelu_exact(x):
-    """GELU with the exact erf (Hugging Face ViT, DINOv2)."""
-    return ops.gelu(x, approximate=False)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -133,7 +122,8 @@ class TransformerBlock(keras.layers.Layer):
         )
         # GELU as the Dense's activation: TensorFlow's oneDNN remapper then
         # fuses it into the matmul at inference (an inline GELU stays ~8
-        # separate element-wise passes over the widest activations).
+        # separate element-wise passes over the widest activations). Its
+        # backward pass keeps only the pre-activation (see `layers/gelu.py`).
         self.mlp_dense_1 = keras.layers.Dense(
             mlp_dim,
             activation=gelu_approximate if approximate_gelu else gelu_exact,

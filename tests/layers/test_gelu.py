@@ -1,0 +1,90 @@
+"""GELU with a backward pass that keeps only its input."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from keras_vit.layers.gelu import gelu, gelu_approximate, gelu_exact
+
+X = np.linspace(-6.0, 6.0, 241, dtype="float32").reshape(1, -1)
+UPSTREAM = np.random.default_rng(0).normal(size=X.shape).astype("float32")
+
+
+def numpy_gelu(x, approximate):
+    x = x.astype("float64")
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    erf = np.vectorize(math.erf)
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def numpy_gelu_derivative(x, approximate):
+    """Central differences in float64."""
+    x, step = x.astype("float64"), 1e-5
+    return (numpy_gelu(x + step, approximate) - numpy_gelu(x - step, approximate)) / (2 * step)
+
+
+def input_gradient(function, x, upstream):
+    """d sum(upstream * function(x)) / dx with the backend's own autodiff."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(upstream * function(x))
+        return tape.gradient(loss, x).numpy()
+    if backend == "jax":
+        import jax
+
+        return np.asarray(jax.grad(lambda x: (upstream * function(x)).sum())(x))
+    import torch
+
+    x = torch.tensor(x, requires_grad=True)
+    (torch.tensor(upstream) * function(x)).sum().backward()
+    return x.grad.numpy()
+
+
+@pytest.mark.parametrize("approximate", [True, False])
+def test_values_and_gradients_match_gelu(approximate):
+    values = ops.convert_to_numpy(gelu(X, approximate=approximate))
+    np.testing.assert_allclose(values, numpy_gelu(X, approximate), atol=1e-6)
+
+    gradient = input_gradient(lambda x: gelu(x, approximate), X, UPSTREAM)
+    np.testing.assert_allclose(
+        gradient, UPSTREAM * numpy_gelu_derivative(X, approximate), atol=1e-5
+    )
+    autodiff = input_gradient(lambda x: ops.gelu(x, approximate=approximate), X, UPSTREAM)
+    np.testing.assert_allclose(gradient, autodiff, atol=5e-6)
+
+
+def test_registered_activations_pick_their_form():
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(gelu_approximate(X)), numpy_gelu(X, True), atol=1e-6
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(gelu_exact(X)), numpy_gelu(X, False), atol=1e-6)
+    # The two forms differ by up to ~5e-4: the check above tells them apart.
+    assert np.abs(numpy_gelu(X, True) - numpy_gelu(X, False)).max() > 1e-4
+    for activation in (gelu_approximate, gelu_exact):
+        name = keras.saving.get_registered_name(activation)
+        assert keras.saving.get_registered_object(name) is activation
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="reads JAX's saved residuals")
+@pytest.mark.parametrize("approximate", [True, False])
+def test_backward_pass_keeps_only_the_input(approximate):
+    import jax
+
+    def residuals(function):
+        _, backward = jax.vjp(function, jax.numpy.asarray(X))
+        return [leaf for leaf in jax.tree_util.tree_leaves(backward) if np.shape(leaf) == X.shape]
+
+    kept = residuals(lambda x: gelu(x, approximate))
+    assert len(kept) == 1
+    np.testing.assert_array_equal(np.asarray(kept[0]), X)
+    # Autodiff through the composite keeps more: the reason for this module.
+    assert len(residuals(lambda x: ops.gelu(x, approximate=approximate))) >= 3
