@@ -23,7 +23,7 @@ skipped with a note (keras-hub: `pip install --no-deps keras-hub==0.32.0`;
 its ViT needs none of its tokenizer dependencies).
 
     python benchmarks/throughput.py [--backends tensorflow jax torch] [--memory]
-        [--json results.json] [--quick [--in-process]]
+        [--rounds N] [--json results.json] [--quick [--in-process]]
 
 `--quick` runs every measurement on a tiny model for a few steps (the test
 suite does, `--in-process`, so the benchmark cannot rot); its numbers mean
@@ -33,6 +33,7 @@ nothing.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -323,6 +324,23 @@ def available(library):
     return module is None or installed(module)
 
 
+def median_measurement(measurements):
+    """Each value's median over the rounds that succeeded (`rounds` counts them).
+
+    Peak memory takes the largest instead: it is a peak.
+    """
+    done = [m for m in measurements if m]
+    if not done:
+        return {}
+    row = {"rounds": len(done)}
+    for key in done[0]:
+        values = [m[key] for m in done]
+        row[key] = max(values) if key == "peak_memory_mb" else statistics.median(values)
+    if len(done) > 1 and "images_per_second" in done[0]:
+        row["images_per_second_rounds"] = [m["images_per_second"] for m in done]
+    return row
+
+
 def flops_per_image(task):
     from keras_vit.models import flop_count
 
@@ -344,6 +362,9 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", default=None, metavar="MEASUREMENT",
                         help="run only these measurements (names as in the table's first "
                              "column; the GEMM rows always run)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure everything this many times, in turn, and report "
+                             "each row's median (keras_vit and its peer alternate)")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
@@ -355,13 +376,15 @@ def main(argv=None):
         if args.backends != [keras.backend.backend()] or args.memory:
             parser.error("--in-process measures KERAS_BACKEND's backend only "
                          f"(--backends {keras.backend.backend()}), without --memory")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1. Received: --rounds {args.rounds}")
     for backend in args.backends:
         if backend not in ("tensorflow", "jax", "torch"):
             parser.error(f"--backends: unknown backend {backend!r}")
     backends = [b for b in args.backends if installed(b)]
     notes = [f"backend {b} is not installed: skipped" for b in args.backends if b not in backends]
     settings = QUICK if args.quick else FULL
-    results, gemm_rates = [], {}
+    selected = []
     for name, library, backend, task in plan(backends, settings, args.memory):
         if args.only and name not in args.only and task["task"] != "gemm":
             continue
@@ -370,17 +393,30 @@ def main(argv=None):
             if note not in notes:
                 notes.append(note)
             continue
-        measured, failure = run(backend, task, args.timeout, args.in_process)
-        row = {"measurement": name, "library": library, "backend": backend, **(measured or {})}
-        if failure:
-            row["error"] = failure
-            notes.append(f"{library} {name} on {backend} failed: {failure}")
+        selected.append((name, library, backend, task))
+    # Rounds go through every measurement in turn, so that keras_vit and its
+    # peer alternate and the machine's drift falls on both; a row is the
+    # median of its rounds.
+    samples = {}
+    for round_index in range(args.rounds):
+        for name, library, backend, task in selected:
+            measured, failure = run(backend, task, args.timeout, args.in_process)
+            if failure:
+                notes.append(f"{library} {name} on {backend} failed: {failure}")
+            samples.setdefault((name, library, backend), (task, []))[1].append(measured)
+            print(json.dumps({"round": round_index + 1, "measurement": name, "library": library,
+                              "backend": backend, **(measured or {"error": failure})}), flush=True)
+    results, gemm_rates = [], {}
+    for (name, library, backend), (task, measurements) in samples.items():
+        row = {"measurement": name, "library": library, "backend": backend,
+               **median_measurement(measurements)}
+        if not any(measurements):
+            row["error"] = "failed in every round"
         elif task["task"] == "gemm":
-            gemm_rates[(backend, task["dtype"])] = measured["gflops"]
-        elif "images_per_second" in measured:
-            row["gflops"] = measured["images_per_second"] * flops_per_image(task) / 1e9
+            gemm_rates[(backend, task["dtype"])] = row["gflops"]
+        elif "images_per_second" in row:
+            row["gflops"] = row["images_per_second"] * flops_per_image(task) / 1e9
         results.append(row)
-        print(json.dumps(row), flush=True)
     for row in results:
         limit = gemm_rates.get((row["backend"], "float32"))
         if "gflops" in row and limit and row["library"] != "framework":

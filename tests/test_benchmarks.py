@@ -67,6 +67,47 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         assert f"{peer} is not installed" in table
 
 
+def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
+    throughput = load_benchmark("throughput")
+    out = tmp_path / "results.json"
+    assert throughput.main(
+        ["--quick", "--in-process", "--backends", BACKEND, "--rounds", "2",
+         "--only", "training tiny fp32", "--json", str(out)]
+    ) == 0
+    progress = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+                if line.startswith("{")]
+    # Round 1 visits every measurement before round 2 starts.
+    assert [p["round"] for p in progress] == sorted(p["round"] for p in progress)
+    assert {p["round"] for p in progress} == {1, 2}
+    training = [r for r in json.loads(out.read_text())["results"]
+                if r["measurement"] == "training tiny fp32"]
+    assert training
+    for row in training:
+        assert row["rounds"] == 2 and len(row["images_per_second_rounds"]) == 2
+        assert row["images_per_second"] == pytest.approx(
+            sum(row["images_per_second_rounds"]) / 2)
+
+
+def test_median_measurement_skips_failures_and_keeps_the_largest_peak():
+    median_measurement = load_benchmark("throughput").median_measurement
+    row = median_measurement([
+        {"images_per_second": 3.0, "peak_memory_mb": 900.0},
+        None,
+        {"images_per_second": 1.0, "peak_memory_mb": 1000.0},
+        {"images_per_second": 2.0, "peak_memory_mb": 950.0},
+    ])
+    assert row["rounds"] == 3 and row["images_per_second"] == 2.0
+    assert row["peak_memory_mb"] == 1000.0
+    assert row["images_per_second_rounds"] == [3.0, 1.0, 2.0]
+    assert median_measurement([None, None]) == {}
+
+
+def test_rounds_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        load_benchmark("throughput").main(["--quick", "--rounds", "0"])
+    assert "--rounds must be at least 1. Received: --rounds 0" in capsys.readouterr().err
+
+
 def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     import keras
     import numpy as np
