@@ -4,9 +4,10 @@ Autodiff through `keras.ops.gelu` on TensorFlow and JAX keeps every
 intermediate of the composite (the tanh or erf, `1 + tanh`, `0.5 * x`) for
 the backward pass: three more tensors of the MLP's width (`4 * hidden_dim`)
 per block. On ViT-B/16 at batch 32 that was 2.7 GB of a training step's
-peak memory on TensorFlow and 0.85 GB on JAX (XLA keeps fewer). Here the derivative is written out and recomputed
-from the input in the backward pass, as PyTorch's own GELU kernel does
-(so PyTorch keeps its native op). The forward pass is the same
+peak memory on TensorFlow and 0.85 GB on JAX (XLA keeps fewer). Here the
+derivative is written out and recomputed from the input in the backward
+pass, as PyTorch's own GELU kernel does (so PyTorch keeps its native op).
+The forward pass is the same
 `keras.ops.gelu`, so TensorFlow's oneDNN remapper still fuses it into the
 preceding matmul at inference.
 """
