@@ -403,15 +403,18 @@ def main(argv=None):
             measured, failure = run(backend, task, args.timeout, args.in_process)
             if failure:
                 notes.append(f"{library} {name} on {backend} failed: {failure}")
-            samples.setdefault((name, library, backend), (task, []))[1].append(measured)
+            sample = samples.setdefault((name, library, backend), (task, [], []))
+            sample[1].append(measured)
+            if failure:
+                sample[2].append(failure)
             print(json.dumps({"round": round_index + 1, "measurement": name, "library": library,
                               "backend": backend, **(measured or {"error": failure})}), flush=True)
     results, gemm_rates = [], {}
-    for (name, library, backend), (task, measurements) in samples.items():
+    for (name, library, backend), (task, measurements, failures) in samples.items():
         row = {"measurement": name, "library": library, "backend": backend,
                **median_measurement(measurements)}
-        if not any(measurements):
-            row["error"] = "failed in every round"
+        if "rounds" not in row:  # failed in every round
+            row["error"] = failures[-1]
         elif task["task"] == "gemm":
             gemm_rates[(backend, task["dtype"])] = row["gflops"]
         elif "images_per_second" in row:
