@@ -2,6 +2,7 @@
 
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.masked_token_restoration import RestoreMaskedTokens
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
@@ -21,6 +22,7 @@ from keras_vit.layers.transformer_block import TransformerBlock
 __all__ = [
     "ClassToken",
     "ConvStem",
+    "LayerNormalization",
     "LayerScale",
     "MultiHeadSelfAttention",
     "PatchCorruption",

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.gelu import gelu_approximate, gelu_exact
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
     MultiHeadSelfAttention,
@@ -105,7 +106,7 @@ class TransformerBlock(keras.layers.Layer):
             return None if seed is None else seed + offset
 
         common = {"dtype": self.dtype_policy}
-        self.attention_norm = keras.layers.LayerNormalization(
+        self.attention_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="attention_norm", **common
         )
         self.attention = MultiHeadSelfAttention(
@@ -117,7 +118,7 @@ class TransformerBlock(keras.layers.Layer):
             name="attention",
             **common,
         )
-        self.mlp_norm = keras.layers.LayerNormalization(
+        self.mlp_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="mlp_norm", **common
         )
         # GELU as the Dense's activation: TensorFlow's oneDNN remapper then

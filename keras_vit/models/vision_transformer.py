@@ -320,7 +320,7 @@ def VisionTransformer(
             seed=sublayer_seed(10 * (index + 1)),
             name=f"encoderblock_{index}",
         )(x)
-    x = keras.layers.LayerNormalization(
+    x = vit_layers.LayerNormalization(
         epsilon=layer_norm_epsilon, name="encoder_norm"
     )(x)
     tokens = x

@@ -383,7 +383,7 @@ class MaskedAutoencoder:
                 layer_norm_epsilon=epsilon,
                 name=f"decoderblock_{index}",
             )(x)
-        x = keras.layers.LayerNormalization(epsilon=epsilon, name="decoder_norm")(x)
+        x = vit_layers.LayerNormalization(epsilon=epsilon, name="decoder_norm")(x)
         x = vit_layers.SelectTokens(prefix, keep_prefix=False, name="decoder_patches")(x)
         outputs = keras.layers.Dense(
             geometry.patch_values, name="decoder_prediction", dtype=_head_dtype()

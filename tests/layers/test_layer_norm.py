@@ -1,0 +1,150 @@
+"""LayerNorm with a closed-form backward pass."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from keras.src import testing
+
+from keras_vit.layers import LayerNormalization
+from keras_vit.layers.layer_norm import layer_norm
+from tests import reference
+
+RNG = np.random.default_rng(0)
+X = (3.0 * RNG.normal(size=(2, 7, 16)) + 1.0).astype("float32")
+GAMMA = RNG.normal(size=16).astype("float32")
+BETA = RNG.normal(size=16).astype("float32")
+UPSTREAM = RNG.normal(size=X.shape).astype("float32")
+
+
+def gradients(function, arrays, upstream):
+    """d sum(upstream * function(*arrays)) / d arrays, by the backend's autodiff."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        tensors = [tf.constant(a) for a in arrays]
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            loss = tf.reduce_sum(upstream * function(*tensors))
+        return [g.numpy() for g in tape.gradient(loss, tensors)]
+    if backend == "jax":
+        import jax
+
+        loss = lambda *a: (upstream * function(*a)).sum()  # noqa: E731
+        return [np.asarray(g) for g in jax.grad(loss, argnums=(0, 1, 2))(*arrays)]
+    import torch
+
+    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
+    (torch.tensor(upstream) * function(*tensors)).sum().backward()
+    return [t.grad.numpy() for t in tensors]
+
+
+def keras_layer_norm(x, gamma, beta):
+    return ops.layer_normalization(x, gamma, beta, epsilon=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 7, 16), (14, 16)])
+def test_values_and_gradients_match_keras_layer_normalization(shape):
+    x, upstream = X.reshape(shape), UPSTREAM.reshape(shape)
+    ours = lambda x, g, b: layer_norm(x, g, b, 1e-6)  # noqa: E731
+    values = ops.convert_to_numpy(ours(x, GAMMA, BETA))
+    expected = reference.layer_norm(x.astype("float64"), GAMMA, BETA)
+    np.testing.assert_allclose(values, expected, atol=2e-6)
+
+    computed = gradients(ours, [x, GAMMA, BETA], upstream)
+    autodiff = gradients(keras_layer_norm, [x, GAMMA, BETA], upstream)
+    for name, ours_gradient, keras_gradient in zip(("x", "gamma", "beta"), computed, autodiff):
+        assert ours_gradient.shape == keras_gradient.shape, name
+        np.testing.assert_allclose(ours_gradient, keras_gradient, atol=2e-5, err_msg=name)
+    # The x gradient of LayerNorm sums to zero over each row (it is blind to shifts).
+    np.testing.assert_allclose(computed[0].sum(-1), 0.0, atol=1e-4)
+
+
+def test_matches_the_float64_derivative_of_the_reference():
+    x, upstream = X[:1, :3].astype("float64"), UPSTREAM[:1, :3].astype("float64")
+    step = 1e-6
+    numeric = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        shifted = [x.copy(), x.copy()]
+        shifted[0][index] += step
+        shifted[1][index] -= step
+        up, down = (np.sum(upstream * reference.layer_norm(s, GAMMA, BETA)) for s in shifted)
+        numeric[index] = (up - down) / (2 * step)
+    computed = gradients(
+        lambda x, g, b: layer_norm(x, g, b, 1e-6),
+        [x.astype("float32"), GAMMA, BETA],
+        upstream.astype("float32"),
+    )[0]
+    np.testing.assert_allclose(computed, numeric, atol=1e-4)
+
+
+class LayerNormalizationTest(testing.TestCase):
+    def test_layer_basics(self):
+        self.run_layer_test(
+            LayerNormalization,
+            init_kwargs={"epsilon": 1e-6},
+            input_shape=(2, 5, 8),
+            expected_output_shape=(2, 5, 8),
+            expected_num_trainable_weights=2,
+            supports_masking=True,
+        )
+
+    def test_registered_under_the_package(self):
+        assert keras.saving.get_registered_name(LayerNormalization) == "keras_vit>LayerNormalization"
+
+    def test_same_weights_and_values_as_keras_layer(self):
+        ours, theirs = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+        for layer in (ours, theirs):
+            layer.build(X.shape)
+            layer.set_weights([GAMMA, BETA])
+        assert [w.path.split("/")[-1] for w in ours.weights] == ["gamma", "beta"]
+        self.assertAllClose(ours(X), theirs(X), atol=2e-6)
+
+    def test_other_configurations_are_keras_layer(self):
+        x = X.transpose(0, 2, 1)
+        configurations = [{"center": False}, {"scale": False}, {"axis": [1, 2]}]
+        if keras.backend.backend() != "torch":
+            # Keras 3.15's own layer fails there: it hands F.layer_norm a
+            # non-trailing axis.
+            configurations.append({"axis": 1})
+        for kwargs in configurations:
+            ours, theirs = LayerNormalization(**kwargs), keras.layers.LayerNormalization(**kwargs)
+            ours.build(x.shape)
+            theirs.build(x.shape)
+            weights = [RNG.normal(size=w.shape).astype("float32") for w in theirs.weights]
+            ours.set_weights(weights)
+            theirs.set_weights(weights)
+            self.assertAllClose(ours(x), theirs(x), atol=2e-6, msg=str(kwargs))
+
+    def test_mixed_precision_computes_in_float32(self):
+        layer = LayerNormalization(epsilon=1e-6, dtype="mixed_bfloat16")
+        layer.build(X.shape)
+        layer.set_weights([GAMMA, BETA])
+        # Large offsets: a bfloat16 mean or variance would be far off.
+        x = X + 1000.0
+        outputs = layer(ops.cast(x, "bfloat16"))
+        assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"
+        inputs = ops.convert_to_numpy(ops.cast(ops.cast(x, "bfloat16"), "float32"))
+        expected = reference.layer_norm(inputs.astype("float64"), GAMMA, BETA)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(ops.cast(outputs, "float32")), expected, atol=0.05
+        )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="reads JAX's saved residuals")
+def test_backward_pass_keeps_only_the_normalized_input():
+    import jax
+
+    def residuals(function):
+        _, backward = jax.vjp(function, jax.numpy.asarray(X), GAMMA, BETA)
+        leaves = jax.tree_util.tree_leaves(backward)
+        return [leaf for leaf in leaves if np.shape(leaf) == X.shape]
+
+    kept = residuals(lambda x, g, b: layer_norm(x, g, b, 1e-6))
+    assert len(kept) == 1
+    np.testing.assert_allclose(
+        np.asarray(kept[0]), reference.layer_norm(X.astype("float64"), 1.0, 0.0), atol=2e-6
+    )
+    # Autodiff through Keras' composite keeps more: the reason for this module.
+    assert len(residuals(keras_layer_norm)) >= 2
