@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_vit.layers.gelu import gelu, gelu_approximate, gelu_exact
 from tests import reference
+from tests.autodiff import gradients
 
 X = np.linspace(-6.0, 6.0, 241, dtype="float32").reshape(1, -1)
 UPSTREAM = np.random.default_rng(0).normal(size=X.shape).astype("float32")
@@ -24,24 +25,7 @@ def numpy_gelu_derivative(x, approximate):
 
 def input_gradient(function, x, upstream):
     """d sum(upstream * function(x)) / dx with the backend's own autodiff."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        x = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(upstream * function(x))
-        return tape.gradient(loss, x).numpy()
-    if backend == "jax":
-        import jax
-
-        return np.asarray(jax.grad(lambda x: (upstream * function(x)).sum())(x))
-    import torch
-
-    x = torch.tensor(x, requires_grad=True)
-    (torch.tensor(upstream) * function(x)).sum().backward()
-    return x.grad.numpy()
+    return gradients(function, [x], upstream)[0]
 
 
 @pytest.mark.parametrize("approximate", [True, False])

@@ -9,35 +9,13 @@ from keras.src import testing
 from keras_vit.layers import LayerNormalization
 from keras_vit.layers.layer_norm import layer_norm
 from tests import reference
+from tests.autodiff import gradients
 
 RNG = np.random.default_rng(0)
 X = (3.0 * RNG.normal(size=(2, 7, 16)) + 1.0).astype("float32")
 GAMMA = RNG.normal(size=16).astype("float32")
 BETA = RNG.normal(size=16).astype("float32")
 UPSTREAM = RNG.normal(size=X.shape).astype("float32")
-
-
-def gradients(function, arrays, upstream):
-    """d sum(upstream * function(*arrays)) / d arrays, by the backend's autodiff."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        tensors = [tf.constant(a) for a in arrays]
-        with tf.GradientTape() as tape:
-            tape.watch(tensors)
-            loss = tf.reduce_sum(upstream * function(*tensors))
-        return [g.numpy() for g in tape.gradient(loss, tensors)]
-    if backend == "jax":
-        import jax
-
-        loss = lambda *a: (upstream * function(*a)).sum()  # noqa: E731
-        return [np.asarray(g) for g in jax.grad(loss, argnums=(0, 1, 2))(*arrays)]
-    import torch
-
-    tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
-    (torch.tensor(upstream) * function(*tensors)).sum().backward()
-    return [t.grad.numpy() for t in tensors]
 
 
 def keras_layer_norm(x, gamma, beta):
