@@ -401,12 +401,11 @@ def main(argv=None):
     for round_index in range(args.rounds):
         for name, library, backend, task in selected:
             measured, failure = run(backend, task, args.timeout, args.in_process)
-            if failure:
-                notes.append(f"{library} {name} on {backend} failed: {failure}")
             sample = samples.setdefault((name, library, backend), (task, [], []))
             sample[1].append(measured)
             if failure:
                 sample[2].append(failure)
+                notes.append(f"{library} {name} on {backend} failed: {failure}")
             print(json.dumps({"round": round_index + 1, "measurement": name, "library": library,
                               "backend": backend, **(measured or {"error": failure})}), flush=True)
     results, gemm_rates = [], {}

@@ -85,8 +85,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """
 
     def _runs_closed_form(self, inputs):
-        axes = self.axis if isinstance(self.axis, list) else [self.axis]
-        last_axis_only = [axis % len(inputs.shape) for axis in axes] == [len(inputs.shape) - 1]
+        rank = len(inputs.shape)
+        # build() has made `axis` a sorted list, possibly of negative axes.
+        last_axis_only = [axis % rank for axis in self.axis] == [rank - 1]
         return last_axis_only and self.center and self.scale and not self.rms_scaling
 
     def call(self, inputs):
