@@ -126,3 +126,19 @@ def test_backward_pass_keeps_only_the_normalized_input():
     )
     # Autodiff through Keras' composite keeps more: the reason for this module.
     assert len(residuals(keras_layer_norm)) >= 2
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="reads JAX's saved residuals")
+@pytest.mark.parametrize("axis", [-1, 2])
+def test_layer_runs_the_closed_form_on_the_last_axis(axis):
+    import jax
+
+    layer = LayerNormalization(axis=axis, epsilon=1e-6)
+    layer.build(X.shape)
+
+    def call(x):
+        return layer.stateless_call(layer.trainable_variables, [], x)[0]
+
+    _, backward = jax.vjp(call, jax.numpy.asarray(X))
+    kept = [leaf for leaf in jax.tree_util.tree_leaves(backward) if np.shape(leaf) == X.shape]
+    assert len(kept) == 1
