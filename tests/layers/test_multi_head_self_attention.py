@@ -1,5 +1,6 @@
 from unittest import mock
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -76,3 +77,70 @@ class MultiHeadSelfAttentionTest(testing.TestCase):
             MultiHeadSelfAttention(num_heads=0)
         with pytest.raises(ValueError, match="hidden_dim 10 is not divisible by num_heads 4"):
             MultiHeadSelfAttention(num_heads=4)(random_tokens((1, 3, 10)))
+
+
+def _jax_implementations():
+    """`padded_dot_product_attention`'s implementations runnable here."""
+    if keras.backend.backend() != "jax":
+        return []
+    on_cuda = attention_module._jax_on_cuda()
+    return ["xla", pytest.param("cudnn", marks=pytest.mark.skipif(
+        not on_cuda, reason="cuDNN's kernel needs a CUDA GPU"))]
+
+
+@pytest.mark.parametrize("implementation", _jax_implementations())
+@pytest.mark.parametrize("num_tokens", [5, 197])
+def test_padded_attention_has_the_values_and_gradients_of_unpadded(implementation, num_tokens):
+    # The padded keys must get no weight and the padded queries no gradient.
+    import jax
+    import jax.numpy as jnp
+
+    dtype = "float32" if implementation == "xla" else "bfloat16"
+    rng = np.random.default_rng(1)
+    q, k, v, upstream = (
+        jnp.asarray(rng.normal(size=(2, num_tokens, 2, 64)), dtype) for _ in range(4)
+    )
+
+    def loss(attention):
+        return lambda q, k, v: jnp.sum((attention(q, k, v) * upstream).astype("float32"))
+
+    padded = lambda q, k, v: attention_module.padded_dot_product_attention(  # noqa: E731
+        q, k, v, 8, implementation=implementation)
+    unpadded = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
+        *(t.astype("float32") for t in (q, k, v)))
+    tolerance = 1e-5 if dtype == "float32" else 3e-2
+    np.testing.assert_allclose(np.asarray(padded(q, k, v), "float32"),
+                               np.asarray(unpadded(q, k, v)), atol=tolerance)
+    ours = jax.grad(loss(padded), argnums=(0, 1, 2))(q, k, v)
+    expected = jax.grad(loss(unpadded), argnums=(0, 1, 2))(q, k, v)
+    for name, a, b in zip("qkv", ours, expected):
+        np.testing.assert_allclose(np.asarray(a, "float32"), np.asarray(b, "float32"),
+                                   atol=tolerance * 4, err_msg=name)
+
+
+@pytest.mark.skipif(
+    keras.backend.backend() != "jax" or not attention_module._jax_on_cuda(),
+    reason="cuDNN's fused attention: JAX on a CUDA GPU",
+)
+def test_bfloat16_training_on_the_fused_kernel_with_an_odd_token_count():
+    # ViT-B/16's 197 tokens: cuDNN refuses odd lengths for training unless padded.
+    import jax
+
+    layer = MultiHeadSelfAttention(num_heads=12, dtype="mixed_bfloat16")
+    x = random_tokens((2, 197, 768)).astype("float32")
+    layer.build(x.shape)
+
+    def loss(weights, x):
+        with keras.StatelessScope(state_mapping=list(zip(layer.trainable_variables, weights))):
+            return ops.sum(ops.cast(layer(x), "float32") ** 2)
+
+    weights = [v.value for v in layer.trainable_variables]
+    compiled = jax.jit(jax.grad(loss)).lower(weights, x).compile()
+    assert "__cudnn$fmha" in compiled.as_text()
+    fused = compiled(weights, x)
+    with mock.patch.object(attention_module, "fused_attention_kernel_available",
+                           return_value=False):
+        explicit = jax.grad(loss)(weights, x)
+    for a, b in zip(fused, explicit):
+        a, b = np.asarray(a, "float32"), np.asarray(b, "float32")
+        assert np.linalg.norm(a - b) <= 0.02 * np.linalg.norm(b)
