@@ -7,7 +7,8 @@ Here the gradient is the closed form
 
     dx = (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat)) / sigma
 
-from the normalised input `x_hat` and `1 / sigma`, the only tensors kept.
+from the input `x` (in its own dtype) and the per-row mean and `1 / sigma`,
+the only tensors kept (`x_hat` is recomputed from them).
 Measured on a 2-core CPU: ViT-S/16 training at batch 32 9% faster on JAX
 and 4% on TensorFlow; the peak of a ViT-B/16 training step at batch 32
 0.67 GB lower on TensorFlow and 0.94 GB on JAX. PyTorch's `layer_norm` is
@@ -22,7 +23,10 @@ def layer_norm(x, gamma, beta, epsilon):
     """LayerNorm over the last axis, with a closed-form backward pass.
 
     Same values and gradients as `keras.ops.layer_normalization` (to
-    rounding), computed in the dtype of `x`.
+    rounding). Computes in at least float32 and returns the dtype of `x`.
+    The backward pass keeps `x` as it came (bf16 under mixed precision:
+    half the bytes of a float32 `x_hat`) and the per-row mean and `1 / sigma`,
+    and recomputes `x_hat` from them.
 
     Args:
         x: tensor of shape `(..., width)`.
@@ -31,34 +35,46 @@ def layer_norm(x, gamma, beta, epsilon):
         epsilon: float, added to the variance.
 
     Returns:
-        The normalised, scaled and shifted `x`.
+        The normalised, scaled and shifted `x`, in the dtype of `x`.
 
     Example:
     >>> x = keras.ops.convert_to_tensor([[1.0, 2.0, 3.0]])
     >>> keras.ops.convert_to_numpy(layer_norm(x, keras.ops.ones(3), keras.ops.zeros(3), 0.0))
     array([[-1.2247448,  0.       ,  1.2247448]], dtype=float32)
     """
+    dtype = keras.backend.result_type(x.dtype, "float32")
     if keras.backend.backend() == "torch":
-        return ops.layer_normalization(x, gamma, beta, epsilon=epsilon)
+        outputs = ops.layer_normalization(
+            ops.cast(x, dtype), ops.cast(gamma, dtype), ops.cast(beta, dtype), epsilon=epsilon
+        )
+        return ops.cast(outputs, x.dtype)
 
     @ops.custom_gradient
     def forward(x, gamma, beta):
-        centered = x - ops.mean(x, axis=-1, keepdims=True)
+        wide = ops.cast(x, dtype)
+        mean = ops.mean(wide, axis=-1, keepdims=True)
+        centered = wide - mean
         variance = ops.mean(ops.square(centered), axis=-1, keepdims=True)
         inverse_std = ops.rsqrt(variance + epsilon)
-        normalized = centered * inverse_std
+        outputs = centered * inverse_std * ops.cast(gamma, dtype) + ops.cast(beta, dtype)
 
         def backward(upstream):
             rows = tuple(range(len(upstream.shape) - 1))
-            scaled = upstream * gamma
+            upstream = ops.cast(upstream, dtype)
+            normalized = (ops.cast(x, dtype) - mean) * inverse_std
+            scaled = upstream * ops.cast(gamma, dtype)
             mean_scaled = ops.mean(scaled, axis=-1, keepdims=True)
             mean_projection = ops.mean(scaled * normalized, axis=-1, keepdims=True)
             x_gradient = (scaled - mean_scaled - normalized * mean_projection) * inverse_std
             gamma_gradient = ops.sum(upstream * normalized, axis=rows)
             beta_gradient = ops.sum(upstream, axis=rows)
-            return x_gradient, gamma_gradient, beta_gradient
+            return (
+                ops.cast(x_gradient, x.dtype),
+                ops.cast(gamma_gradient, gamma.dtype),
+                ops.cast(beta_gradient, beta.dtype),
+            )
 
-        return normalized * gamma + beta, backward
+        return ops.cast(outputs, x.dtype), backward
 
     return forward(x, gamma, beta)
 
@@ -93,11 +109,10 @@ class LayerNormalization(keras.layers.LayerNormalization):
     def call(self, inputs):
         if not self._runs_closed_form(inputs):
             return super().call(inputs)
+        # In at least float32, without a float32 copy of bf16 inputs kept
+        # for the backward pass (`layer_norm` widens them itself).
         dtype = keras.backend.result_type(inputs.dtype, "float32")
         outputs = layer_norm(
-            ops.cast(inputs, dtype),
-            ops.cast(self.gamma, dtype),
-            ops.cast(self.beta, dtype),
-            self.epsilon,
+            inputs, ops.cast(self.gamma, dtype), ops.cast(self.beta, dtype), self.epsilon
         )
         return ops.cast(outputs, self.compute_dtype)
