@@ -14,6 +14,13 @@ measurement in a fresh process, so backends and peak memory do not mix):
 - the main job's small model on Fashion-MNIST: training steps/s including
   its tf.data pipeline.
 
+With `--gpu` it measures the accelerator instead: the bf16 GEMM limit and
+ViT-B/16 training steps under `mixed_bfloat16` (224 px, batch 256, AdamW,
+XLA on JAX; PyTorch autocast for Hugging Face), reported as images/s, % of
+the measured bf16 GEMM rate and model FLOPs utilisation (MFU: % of the
+GPU's datasheet dense bf16 peak); on JAX keras_vit's row says whether
+attention compiled to cuDNN's fused kernel.
+
 Images/s become GFLOP/s through the analytic count of
 `keras_vit.models.flop_count` (2 FLOPs a multiply-add, training = 3x
 forward), the same count for every library. It prints a table with
@@ -23,7 +30,7 @@ skipped with a note (keras-hub: `pip install --no-deps keras-hub==0.32.0`;
 its ViT needs none of its tokenizer dependencies).
 
     python benchmarks/throughput.py [--backends tensorflow jax torch] [--memory]
-        [--rounds N] [--json results.json] [--quick [--in-process]]
+        [--gpu] [--rounds N] [--json results.json] [--quick [--in-process]]
 
 `--quick` runs every measurement on a tiny model for a few steps (the test
 suite does, `--in-process`, so the benchmark cannot rot); its numbers mean
@@ -31,6 +38,7 @@ nothing.
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -40,6 +48,7 @@ import time
 
 FULL = {
     "gemm_size": 4096,
+    "gemm_dtypes": ("float32", "bfloat16"),
     "inference": dict(variant="B/16", image_size=224, batch=16, steps=5),
     "training": dict(variant="S/16", image_size=224, batch=32, steps=4),
     "memory": dict(variant="B/16", image_size=224, batch=32, steps=2),
@@ -47,11 +56,27 @@ FULL = {
 }
 QUICK = {
     "gemm_size": 128,
+    "gemm_dtypes": ("float32", "bfloat16"),
     "inference": dict(variant="tiny", image_size=32, batch=4, steps=2),
     "training": dict(variant="tiny", image_size=32, batch=4, steps=2),
     "memory": dict(variant="tiny", image_size=32, batch=4, steps=1),
     "main_job_steps": 3,
 }
+# `--gpu`: large batches fill the chip; only training, in bf16.
+GPU = {
+    "gemm_size": 8192,
+    "gemm_dtypes": ("bfloat16",),
+    "training": dict(variant="B/16", image_size=224, batch=256, steps=20,
+                     precision="mixed_bfloat16"),
+}
+GPU_QUICK = {
+    "gemm_size": 128,
+    "gemm_dtypes": ("bfloat16",),
+    "training": dict(variant="tiny", image_size=32, batch=4, steps=2,
+                     precision="mixed_bfloat16"),
+}
+# Dense bf16 peaks from the vendors' datasheets (FLOP/s), by device name.
+BF16_PEAKS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L4": 121e12}
 TINY = {"patch_size": 8, "hidden_dim": 32, "num_layers": 2, "num_heads": 2, "mlp_dim": 64}
 CLASSES = 1000
 
@@ -79,30 +104,111 @@ def timed(step, steps, warmup=2):
 
 
 def gemm(backend, size, dtype):
-    """GFLOP/s of a `size`^3 matmul in the backend's framework."""
+    """GFLOP/s of a `size`^3 matmul in the backend's framework.
+
+    On a GPU the products queue up (one wait at the end), as a model's do;
+    on a CPU each is timed on its own and the median taken.
+    """
     import numpy as np
 
     a = np.random.default_rng(0).normal(size=(size, size)).astype("float32")
+    gpu = device_name(backend)
     if backend == "tensorflow":
         import tensorflow as tf
 
         x = tf.cast(tf.constant(a), dtype)
         matmul = tf.function(lambda: tf.matmul(x, x))
         step = lambda: matmul().numpy()  # noqa: E731
+        seconds = timed(step, steps=5)
     elif backend == "jax":
         import jax
         import jax.numpy as jnp
 
         x = jnp.asarray(a, dtype=dtype)
         matmul = jax.jit(lambda m: m @ m)
-        step = lambda: matmul(x).block_until_ready()  # noqa: E731
+        last = [None]
+
+        def step():
+            last[0] = matmul(x)
+
+        finish = lambda: last[0].block_until_ready()  # noqa: E731
+        seconds = (pipelined(step, 20, finish) if gpu
+                   else timed(lambda: (step(), finish()), steps=5))
     else:
         import torch
 
-        x = torch.tensor(a).to(getattr(torch, dtype))
+        x = torch.tensor(a, device=torch_device()).to(getattr(torch, dtype))
         step = lambda: torch.matmul(x, x)  # noqa: E731
-    seconds = timed(step, steps=5)
-    return {"gflops": 2 * size**3 / seconds / 1e9, "seconds": seconds}
+        seconds = (pipelined(step, 20, synchronize_torch) if gpu
+                   else timed(step, steps=5))
+    return {"gflops": 2 * size**3 / seconds / 1e9, "seconds": seconds, **gpu}
+
+
+def device_name(backend):
+    """`{"device": name}` of the GPU the backend computes on; `{}` on a CPU."""
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        return {"device": device.device_kind} if device.platform == "gpu" else {}
+    if backend == "torch":
+        import torch
+
+        return {"device": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return {}
+    return {"device": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")}
+
+
+def bf16_peak(device):
+    """The datasheet dense bf16 FLOP/s of a device named `device`; `None` if unknown."""
+    return next((peak for name, peak in BF16_PEAKS.items() if name in device), None)
+
+
+def torch_device():
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def synchronize_torch():
+    """Waits for queued GPU work (PyTorch runs it asynchronously)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def jax_attention_is_fused(hidden_dim, num_heads, tokens):
+    """Whether keras_vit's attention, forward and backward, compiles to cuDNN's fused kernel.
+
+    Compiles one `MultiHeadSelfAttention` layer of the model's width and
+    token count under `mixed_bfloat16`, its gradient included, and looks
+    for cuDNN's fused-attention custom calls in the optimised HLO.
+    """
+    import jax
+    import keras
+
+    from keras_vit.layers import MultiHeadSelfAttention
+
+    layer = MultiHeadSelfAttention(num_heads, dtype="mixed_bfloat16")
+    x = keras.ops.ones((2, tokens, hidden_dim), "bfloat16")
+    layer.build(x.shape)
+
+    def loss(weights, x):
+        # Through `__call__` (not `stateless_call`), which casts the float32
+        # weights to bf16 as in a model.
+        mapping = list(zip(layer.trainable_variables, weights))
+        with keras.StatelessScope(state_mapping=mapping):
+            outputs = layer(x)
+        return keras.ops.sum(keras.ops.cast(outputs, "float32"))
+
+    weights = [v.value for v in layer.trainable_variables]
+    hlo = jax.jit(jax.grad(loss)).lower(weights, x).compile().as_text()
+    return "__cudnn$fmha" in hlo
 
 
 def keras_model(library, variant, image_size):
@@ -173,26 +279,50 @@ def inference(library, variant, image_size, batch, steps, precision="float32", j
     return {"images_per_second": batch / seconds}
 
 
-def training(library, variant, image_size, batch, steps, jit_compile="auto"):
-    """Images/s of AdamW training steps, and the process's peak memory."""
+def training(library, variant, image_size, batch, steps, jit_compile="auto",
+             precision="float32"):
+    """Images/s of AdamW training steps, and the process's peak memory.
+
+    On a GPU the batch is placed on it once, so that the steps measure the
+    device rather than host-to-device copies, and the steps queue up as in
+    real training (Keras: `model.fit`; PyTorch: no synchronisation between
+    steps) instead of waiting for each other; `precision="mixed_bfloat16"`
+    is Keras' dtype policy, or autocast to bf16 for Hugging Face.
+    """
+    import contextlib
     import resource
 
+    backend = "torch" if library == "huggingface" else None
+    extra = {}
     if library == "huggingface":
         import torch
 
-        model = hf_model(variant, image_size).train()
+        device = torch_device()
+        model = hf_model(variant, image_size).to(device).train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
         x, y = inputs(batch, image_size, channels_first=True)
-        x, y = torch.tensor(x), torch.tensor(y)
+        x, y = torch.tensor(x, device=device), torch.tensor(y, device=device)
+        autocast = (
+            (lambda: torch.autocast(device, dtype=torch.bfloat16))
+            if precision == "mixed_bfloat16" else contextlib.nullcontext
+        )
 
         def step():
             optimizer.zero_grad()
-            loss = model(pixel_values=x, labels=y).loss
+            with autocast():
+                loss = model(pixel_values=x, labels=y).loss
             loss.backward()
             optimizer.step()
+
+        def seconds_per_step():
+            if device_name("torch"):
+                return pipelined(step, steps, finish=synchronize_torch)
+            return timed(step, steps, warmup=1)
     else:
         import keras
 
+        backend = keras.backend.backend()
+        keras.config.set_dtype_policy(precision)
         model = keras_model(library, variant, image_size)
         model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.1),
@@ -200,10 +330,73 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto"):
             jit_compile=jit_compile,
         )
         x, y = inputs(batch, image_size)
-        step = lambda: model.train_on_batch(x, y)  # noqa: E731
-    seconds = timed(step, steps, warmup=1)
+
+        def seconds_per_step():
+            if device_name(backend):
+                return fit_seconds_per_step(
+                    model, keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y), steps)
+            return timed(lambda: model.train_on_batch(x, y), steps, warmup=1)
+
+        if library == "keras_vit" and backend == "jax" and device_name(backend):
+            arch = architecture(variant)
+            tokens = (image_size // arch["patch_size"]) ** 2 + 1
+            extra["fused_attention"] = jax_attention_is_fused(
+                arch["hidden_dim"], arch["num_heads"], tokens)
+    gpu = device_name(backend)
+    seconds = seconds_per_step()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
-    return {"images_per_second": batch / seconds, "peak_memory_mb": peak}
+    if gpu:
+        extra["gpu_peak_memory_mb"] = gpu_peak_memory(backend) / 2**20
+    return {"images_per_second": batch / seconds, "peak_memory_mb": peak, **gpu, **extra}
+
+
+def pipelined(step, steps, finish, warmup=3):
+    """Seconds per `step()` when steps queue up on the GPU; `finish()` waits for them."""
+    for _ in range(warmup):
+        step()
+    finish()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    finish()
+    return (time.perf_counter() - start) / steps
+
+
+def fit_seconds_per_step(model, x, y, steps, warmup=3):
+    """Seconds per step of `model.fit` over one batch held on the device.
+
+    A first `fit` compiles; the timed one runs `steps` steps that Keras
+    dispatches without waiting for each other, and returns once the last
+    one's loss is known.
+    """
+    import keras
+
+    def batches():
+        while True:
+            yield x, y
+
+    # Keras' own `fit`: keras-hub's task overrides it to preprocess through
+    # tf.data or grain (neither needed here: there is no preprocessor).
+    fit = functools.partial(keras.Model.fit, model, batches(), epochs=1, verbose=0)
+    fit(steps_per_epoch=warmup)
+    start = time.perf_counter()
+    fit(steps_per_epoch=steps)
+    return (time.perf_counter() - start) / steps
+
+
+def gpu_peak_memory(backend):
+    """Bytes of GPU memory the process's allocator held at its peak."""
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].memory_stats()["peak_bytes_in_use"]
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.max_memory_allocated()
+    import tensorflow as tf
+
+    return tf.config.experimental.get_memory_info("GPU:0")["peak"]
 
 
 def main_job(steps):
@@ -249,7 +442,15 @@ def measure(task):
     name, backend = task.pop("task"), task.pop("backend")
     if name == "gemm":  # the others run on KERAS_BACKEND's framework
         task["backend"] = backend
-    return WORKERS[name](**task)
+        return gemm(**task)
+    import keras
+
+    # Workers set Keras' global dtype policy; `--in-process` shares it.
+    policy = keras.config.dtype_policy()
+    try:
+        return WORKERS[name](**task)
+    finally:
+        keras.config.set_dtype_policy(policy)
 
 
 # --- the orchestrator -------------------------------------------------------
@@ -287,11 +488,18 @@ def plan(backends, settings, memory):
     """The measurements: `(row name, library, backend, task)`."""
     rows = []
     for backend in backends:
-        for dtype in ("float32", "bfloat16"):
+        for dtype in settings["gemm_dtypes"]:
             rows.append((f"GEMM {settings['gemm_size']}^3 {dtype}", "framework", backend,
                          {"task": "gemm", "backend": backend, "size": settings["gemm_size"], "dtype": dtype}))
     peers = {"tensorflow": ["keras_hub"], "jax": ["keras_hub"], "torch": ["huggingface"]}
-    inference_config, training_config = settings["inference"], settings["training"]
+    training_config = settings["training"]
+    if "inference" not in settings:  # --gpu: bf16 training only
+        for backend in backends:
+            for library in ["keras_vit", *peers[backend]]:
+                rows.append((f"training {training_config['variant']} bf16", library, backend,
+                             {"task": "training", "library": library, **training_config}))
+        return rows
+    inference_config = settings["inference"]
     for backend in backends:
         for library in ["keras_vit", *peers[backend]]:
             rows.append((f"inference {inference_config['variant']} fp32", library, backend,
@@ -335,7 +543,10 @@ def median_measurement(measurements):
     row = {"rounds": len(done)}
     for key in done[0]:
         values = [m[key] for m in done]
-        row[key] = max(values) if key == "peak_memory_mb" else statistics.median(values)
+        if isinstance(values[0], (str, bool)):  # the device's name, the attention path
+            row[key] = values[0]
+        else:
+            row[key] = max(values) if key.endswith("peak_memory_mb") else statistics.median(values)
     if len(done) > 1 and "images_per_second" in done[0]:
         row["images_per_second_rounds"] = [m["images_per_second"] for m in done]
     return row
@@ -353,6 +564,8 @@ def main(argv=None):
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
     parser.add_argument("--memory", action="store_true",
                         help="also the peak memory of a ViT-B/16 training step at batch 32")
+    parser.add_argument("--gpu", action="store_true",
+                        help="measure the GPU: bf16 GEMM and ViT-B/16 bf16 training at batch 256")
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per measurement")
@@ -382,8 +595,15 @@ def main(argv=None):
         if backend not in ("tensorflow", "jax", "torch"):
             parser.error(f"--backends: unknown backend {backend!r}")
     backends = [b for b in args.backends if installed(b)]
+    if backends and not args.in_process:
+        # This process imports keras_vit only for the FLOP count; Keras'
+        # default backend (TensorFlow) may not be installed (a GPU machine).
+        os.environ.setdefault("KERAS_BACKEND", backends[0])
     notes = [f"backend {b} is not installed: skipped" for b in args.backends if b not in backends]
-    settings = QUICK if args.quick else FULL
+    if args.gpu:
+        settings = GPU_QUICK if args.quick else GPU
+    else:
+        settings = QUICK if args.quick else FULL
     selected = []
     for name, library, backend, task in plan(backends, settings, args.memory):
         if args.only and name not in args.only and task["task"] != "gemm":
@@ -423,6 +643,12 @@ def main(argv=None):
         limit = gemm_rates.get((row["backend"], "float32"))
         if "gflops" in row and limit and row["library"] != "framework":
             row["percent_of_fp32_gemm"] = 100 * row["gflops"] / limit
+        bf16_limit = gemm_rates.get((row["backend"], "bfloat16"))
+        if "gflops" in row and bf16_limit and row["library"] != "framework" and "device" in row:
+            row["percent_of_bf16_gemm"] = 100 * row["gflops"] / bf16_limit
+        peak = bf16_peak(row.get("device", ""))
+        if "gflops" in row and peak:
+            row["mfu_percent"] = 100 * row["gflops"] * 1e9 / peak
         if row["library"] not in ("keras_vit", "framework") and "images_per_second" in row:
             ours = next((r for r in results if r["library"] == "keras_vit"
                          and r["backend"] == row["backend"] and r["measurement"] == row["measurement"]
@@ -437,17 +663,31 @@ def main(argv=None):
 
 
 def print_table(results, notes):
-    print("\n| measurement | library | backend | images/s | GFLOP/s | % fp32 GEMM | keras_vit / this | peak MB |")
-    print("|---|---|---|---|---|---|---|---|")
+    gpu = any("device" in row for row in results)
+    if gpu:
+        devices = sorted({row["device"] for row in results if "device" in row})
+        print(f"\ndevice: {', '.join(devices)}")
+        print("\n| measurement | library | backend | images/s | GFLOP/s | % bf16 GEMM | MFU % "
+              "| keras_vit / this | fused attention | GPU peak MB |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    else:
+        print("\n| measurement | library | backend | images/s | GFLOP/s | % fp32 GEMM "
+              "| keras_vit / this | peak MB |")
+        print("|---|---|---|---|---|---|---|---|")
     for row in results:
         def cell(key, spec):
             return format(row[key], spec) if key in row else ""
         rate = cell("images_per_second", ".2f") or (
             f"{row['steps_per_second']:.2f} steps/s" if "steps_per_second" in row else "")
         gflops = cell("gflops", ".1f")
-        print(f"| {row['measurement']} | {row['library']} | {row['backend']} | {rate} | {gflops} | "
-              f"{cell('percent_of_fp32_gemm', '.0f')} | {cell('keras_vit_ratio', '.2f')} | "
-              f"{cell('peak_memory_mb', '.0f') if row['measurement'].startswith('memory') else ''} |")
+        first = f"| {row['measurement']} | {row['library']} | {row['backend']} | {rate} | {gflops} | "
+        if gpu:
+            print(first + f"{cell('percent_of_bf16_gemm', '.0f')} | {cell('mfu_percent', '.1f')} | "
+                  f"{cell('keras_vit_ratio', '.2f')} | {cell('fused_attention', '')} | "
+                  f"{cell('gpu_peak_memory_mb', '.0f')} |")
+        else:
+            print(first + f"{cell('percent_of_fp32_gemm', '.0f')} | {cell('keras_vit_ratio', '.2f')} | "
+                  f"{cell('peak_memory_mb', '.0f') if row['measurement'].startswith('memory') else ''} |")
     for note in notes:
         print(f"note: {note}")
 

@@ -67,6 +67,35 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         assert f"{peer} is not installed" in table
 
 
+def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
+    # Without a GPU it measures the CPU (no device, so no MFU): the bf16
+    # GEMM and bf16 training rows must still run, and leave the global
+    # dtype policy as they found it.
+    import keras
+
+    throughput = load_benchmark("throughput")
+    out = tmp_path / "results.json"
+    assert throughput.main(
+        ["--gpu", "--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]
+    ) == 0
+    assert keras.config.dtype_policy().name == "float32"
+    results = json.loads(out.read_text())["results"]
+    measured = {(r["measurement"], r["library"]): r for r in results if "error" not in r}
+    assert ("GEMM 128^3 bfloat16", "framework") in measured
+    assert ("GEMM 128^3 float32", "framework") not in measured
+    training = measured[("training tiny bf16", "keras_vit")]
+    assert training["images_per_second"] > 0 and training["gflops"] > 0
+    assert {r["measurement"] for r in results} <= {"GEMM 128^3 bfloat16", "training tiny bf16"}
+    assert "| measurement | library | backend |" in capsys.readouterr().out
+
+
+def test_model_flops_utilisation_uses_the_devices_bf16_peak():
+    throughput = load_benchmark("throughput")
+    assert throughput.bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
+    assert throughput.bf16_peak("NVIDIA A100-SXM4-40GB") == 312e12
+    assert throughput.bf16_peak("cpu") is None
+
+
 def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
     throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
