@@ -292,7 +292,10 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
     import contextlib
     import resource
 
-    backend = "torch" if library == "huggingface" else None
+    import keras
+
+    backend = "torch" if library == "huggingface" else keras.backend.backend()
+    gpu = device_name(backend)
     extra = {}
     if library == "huggingface":
         import torch
@@ -314,14 +317,9 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
             loss.backward()
             optimizer.step()
 
-        def seconds_per_step():
-            if device_name("torch"):
-                return pipelined(step, steps, finish=synchronize_torch)
-            return timed(step, steps, warmup=1)
+        seconds = (pipelined(step, steps, finish=synchronize_torch) if gpu
+                   else timed(step, steps, warmup=1))
     else:
-        import keras
-
-        backend = keras.backend.backend()
         keras.config.set_dtype_policy(precision)
         model = keras_model(library, variant, image_size)
         model.compile(
@@ -330,20 +328,16 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
             jit_compile=jit_compile,
         )
         x, y = inputs(batch, image_size)
-
-        def seconds_per_step():
-            if device_name(backend):
-                return fit_seconds_per_step(
-                    model, keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y), steps)
-            return timed(lambda: model.train_on_batch(x, y), steps, warmup=1)
-
-        if library == "keras_vit" and backend == "jax" and device_name(backend):
+        if library == "keras_vit" and backend == "jax" and gpu:
             arch = architecture(variant)
             tokens = (image_size // arch["patch_size"]) ** 2 + 1
             extra["fused_attention"] = jax_attention_is_fused(
                 arch["hidden_dim"], arch["num_heads"], tokens)
-    gpu = device_name(backend)
-    seconds = seconds_per_step()
+        if gpu:
+            seconds = fit_seconds_per_step(
+                model, keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y), steps)
+        else:
+            seconds = timed(lambda: model.train_on_batch(x, y), steps, warmup=1)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     if gpu:
         extra["gpu_peak_memory_mb"] = gpu_peak_memory(backend) / 2**20
@@ -442,7 +436,6 @@ def measure(task):
     name, backend = task.pop("task"), task.pop("backend")
     if name == "gemm":  # the others run on KERAS_BACKEND's framework
         task["backend"] = backend
-        return gemm(**task)
     import keras
 
     # Workers set Keras' global dtype policy; `--in-process` shares it.
