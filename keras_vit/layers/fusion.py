@@ -5,10 +5,10 @@ pass over memory: the written-out backward passes of GELU (about fifteen
 ops over the MLP's `4 * hidden_dim`-wide activations) and LayerNorm (about
 ten) were a tenth of a ViT-S/16 training step on a 2-core CPU. Compiled
 with XLA they are one or two loops: GELU's backward on `(6304, 1536)`
-floats took 6.1 ms instead of 38.5. Only backward passes go through here:
-forward passes stay plain TensorFlow ops, which SavedModel, TFLite and
-TensorFlow's own op fusion (GELU into the preceding matmul at inference)
-need. JAX compiles everything anyway and PyTorch keeps its own kernels, so
+floats took 6.1 ms instead of 38.5. Only backward passes and training-time
+forward passes go through here: inference forward passes stay plain
+TensorFlow ops, which SavedModel, TFLite and TensorFlow's own op fusion
+(GELU into the preceding matmul) need. JAX compiles everything anyway and PyTorch keeps its own kernels, so
 elsewhere the function runs as written.
 """
 
