@@ -8,8 +8,8 @@ with XLA they are one or two loops: GELU's backward on `(6304, 1536)`
 floats took 6.1 ms instead of 38.5. Only backward passes and training-time
 forward passes go through here: inference forward passes stay plain
 TensorFlow ops, which SavedModel, TFLite and TensorFlow's own op fusion
-(GELU into the preceding matmul) need. JAX compiles everything anyway and PyTorch keeps its own kernels, so
-elsewhere the function runs as written.
+(GELU into the preceding matmul) need. JAX compiles everything anyway and
+PyTorch keeps its own kernels, so elsewhere the function runs as written.
 """
 
 import functools

@@ -10,9 +10,10 @@ pass, as PyTorch's own GELU kernel does (so PyTorch keeps its native op).
 At inference the forward pass is the same `keras.ops.gelu`, so TensorFlow's
 oneDNN remapper still fuses it into the preceding matmul. On TensorFlow the
 backward pass, and in training the forward pass, are XLA-compiled
-(`layers/fusion.py`): one loop each instead of 8 and 15 element-wise ops,
-which made a ViT-S/16 training step at batch 32 about 7% faster on a
-2-core CPU.
+(`layers/fusion.py`): one loop each instead of 8 and 15 element-wise ops
+(16.9 -> 4.8 ms and 38.5 -> 6.1 ms on `(6304, 1536)` floats); with
+LayerNorm's compiled backward pass, a ViT-S/16 training step at batch 32
+about 10% faster on a 2-core CPU (median of three alternating rounds).
 """
 
 import math
@@ -159,4 +160,3 @@ class GeluDense(keras.layers.Dense):
         del config["activation"]
         config["approximate"] = self.approximate
         return config
-
