@@ -57,7 +57,7 @@ def _demo(args):
         .prefetch(2)
     )
     test = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(512)
-    model.fit(train, epochs=args.epochs, shuffle=False, verbose=2)
+    model.fit(train, epochs=args.epochs, shuffle=False, verbose=_progress())
     _, accuracy = model.evaluate(test.with_options(options), verbose=0)
     print(f"test accuracy after {args.epochs} epoch(s): {accuracy:.4f}")
 
@@ -114,6 +114,11 @@ def _convert(args):
     return 0
 
 
+def _progress():
+    """Keras' verbosity for long work: a live bar on a terminal, one line per epoch otherwise."""
+    return 1 if sys.stdout.isatty() else 2
+
+
 def _fail(command, error):
     raise SystemExit(f"keras-vit {command}: {error}")
 
@@ -133,7 +138,8 @@ def _train(args):
             overwrite=args.overwrite, weights=weights, distribute=args.distribute,
             model_parallel=args.model_parallel,
             gradient_accumulation_steps=args.accumulate,
-            validate_every=args.validate_every, deterministic=args.deterministic, verbose=2,
+            validate_every=args.validate_every, deterministic=args.deterministic,
+            verbose=_progress(),
         )
     except (ValueError, RuntimeError) as error:
         _fail(args.command, error)
@@ -166,7 +172,7 @@ def _pretrain(args):
             augmentation=args.augmentation, output_dir=args.output_dir, seed=args.seed,
             data_dir=args.data_dir, overwrite=args.overwrite,
             gradient_accumulation_steps=args.accumulate,
-            deterministic=args.deterministic, verbose=2,
+            deterministic=args.deterministic, verbose=_progress(),
         )
     except (ValueError, RuntimeError) as error:
         _fail("pretrain", error)
@@ -216,7 +222,7 @@ def _evaluate(args):
         loss=keras.losses.CategoricalCrossentropy(from_logits=True),
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
     )
-    loss, accuracy = model.evaluate(test.data, verbose=0)
+    loss, accuracy = model.evaluate(test.data, verbose=_progress())
     print(f"{args.dataset} {args.split}: accuracy {accuracy:.4f}, loss {loss:.4f} "
           f"({test.size} images)")
     return 0
@@ -327,7 +333,8 @@ def _export(args):
         import tensorflow as tf
 
         encoded = [tf.io.encode_png(tf.cast(tf.round(i), tf.uint8)).numpy() for i in images[:8]]
-        report = export.check_saved_model(path, model, images, encoded)
+        print(f"checking the export in a TensorFlow-only process on {len(images)} images")
+        report = export.check_saved_model(path, model, images, encoded, verbose=_progress())
         print(report["signatures"])
         for signature in SIGNATURES:
             numbers = report.get(signature)
@@ -336,7 +343,8 @@ def _export(args):
                       f"top-1 agreement {numbers['top1_agreement']:.2%} "
                       "(TensorFlow-only process, PredictRequest)")
     else:
-        report = export.check_tflite(path, model, images)
+        print(f"checking the export in LiteRT on {len(images)} images")
+        report = export.check_tflite(path, model, images, verbose=_progress())
         print(f"LiteRT: {report['bytes'] / 1e6:.2f} MB, max abs error "
               f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
               f"on {len(images)} {args.dataset} images, {report['latency_ms']:.2f} ms/image "
@@ -368,18 +376,18 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distri
                         help="'fashion_mnist', an image folder, or a TFDS name")
     parser.add_argument("--image-size", type=int, default=None,
                         help="default: the data's (train) or the checkpoint's (finetune)")
-    parser.add_argument("--epochs", type=int, default=epochs)
-    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--epochs", type=int, default=epochs, help="training epochs")
+    parser.add_argument("--batch-size", type=int, default=batch_size,
+                        help="images per step (the global batch with --distribute)")
     parser.add_argument("--recipe", default=recipe, help="small | pretrain | finetune")
     parser.add_argument("--augmentation", default="none",
                         help="none | light | medium | strong")
-    parser.add_argument("--output-dir", default=output_dir)
+    parser.add_argument("--output-dir", default=output_dir,
+                        help="folder for the run's files (and its resume checkpoints)")
     parser.add_argument("--data-dir", default=None, help="TFDS data folder")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a finished run in OUTPUT_DIR")
-    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
-                        help="Keras backend (default: KERAS_BACKEND or tensorflow)")
     parser.add_argument("--deterministic", action="store_true",
                         help="deterministic kernels: a killed and resumed run ends with the "
                              "weights of an uninterrupted one")
@@ -401,25 +409,55 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distri
                              "after the last one only)")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default (but not `None` or `False`)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _version():
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("keras-vit")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-vit",
         description="The Vision Transformer for Keras 3.",
     )
+    parser.add_argument("--version", action="version", version=f"keras-vit {_version()}")
+    # The options of every sub-command.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
+                        help="Keras backend (default: KERAS_BACKEND, else tensorflow)")
+    common.add_argument("--verbose", action="store_true",
+                        help="show the log lines of TensorFlow and the other libraries")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = commands.add_parser(
+
+    def command(name, **kwargs):
+        return commands.add_parser(name, parents=[common], formatter_class=_HelpFormatter,
+                                   **kwargs)
+
+    demo = command(
         "demo",
         help="build a small ViT, train it briefly on Fashion-MNIST, predict",
     )
-    demo.add_argument("--epochs", type=int, default=1)
-    demo.add_argument("--batch-size", type=int, default=128)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--epochs", type=int, default=1, help="training epochs")
+    demo.add_argument("--batch-size", type=int, default=128, help="images per step")
+    demo.add_argument("--seed", type=int, default=0, help="random seed")
     demo.add_argument(
         "--limit", type=int, default=None, help="use only the first N training images"
     )
     demo.set_defaults(run=_demo)
 
-    convert = commands.add_parser(
+    convert = command(
         "convert",
         help="convert an official .npz, Hugging Face or timm checkpoint to .keras",
         description=(
@@ -446,7 +484,7 @@ def build_parser():
     convert.add_argument("--overwrite", action="store_true", help="replace DST")
     convert.set_defaults(run=_convert)
 
-    train = commands.add_parser(
+    train = command(
         "train",
         help="train a ViT (default: a small ViT on Fashion-MNIST), evaluate, save",
         description=(
@@ -459,12 +497,13 @@ def build_parser():
     )
     train.add_argument("--model", default="small",
                        help="'small' or a variant of the paper, e.g. Ti/16, S/16")
-    train.add_argument("--patch-size", type=int, default=None)
+    train.add_argument("--patch-size", type=int, default=None,
+                       help="patch size in pixels (default: the model's)")
     _add_run_arguments(train, epochs=8, batch_size=128, recipe="small",
                        output_dir="keras_vit_run")
     train.set_defaults(run=_train)
 
-    finetune = commands.add_parser(
+    finetune = command(
         "finetune",
         help="fine-tune a checkpoint (optionally at a higher resolution), evaluate, save",
         description=(
@@ -475,12 +514,13 @@ def build_parser():
             "outputs and resume as `keras-vit train`."
         ),
     )
-    finetune.add_argument("weights", metavar="CHECKPOINT")
+    finetune.add_argument("weights", metavar="CHECKPOINT",
+                          help="a .keras file, an official .npz, a Hugging Face or timm file")
     _add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
                        output_dir="keras_vit_finetune")
     finetune.set_defaults(run=_train)
 
-    pretrain = commands.add_parser(
+    pretrain = command(
         "pretrain",
         help="self-supervised pre-training: masked patch prediction (the paper's) or MAE",
         description=(
@@ -494,10 +534,12 @@ def build_parser():
             "keras-vit finetune OUTPUT_DIR/model.keras."
         ),
     )
-    pretrain.add_argument("--objective", choices=("mpp", "mae"), default="mpp")
+    pretrain.add_argument("--objective", choices=("mpp", "mae"), default="mpp",
+                          help="masked patch prediction (the paper's) or MAE")
     pretrain.add_argument("--model", default="small/4",
                           help="'small/4' or a variant of the paper, e.g. Ti/16")
-    pretrain.add_argument("--patch-size", type=int, default=None)
+    pretrain.add_argument("--patch-size", type=int, default=None,
+                          help="patch size in pixels (default: the model's)")
     pretrain.add_argument("--target", choices=("mean_color", "color_grid", "pixels"),
                           default="mean_color", help="mpp: what to predict per corrupted patch")
     pretrain.add_argument("--corruption-rate", type=float, default=0.5,
@@ -511,16 +553,19 @@ def build_parser():
                        output_dir="keras_vit_pretrain", distributed=False)
     pretrain.set_defaults(run=_pretrain)
 
-    evaluate = commands.add_parser("evaluate", help="evaluate a saved model")
-    evaluate.add_argument("--model", default="keras_vit_run/model.keras")
-    evaluate.add_argument("--dataset", default="fashion_mnist")
-    evaluate.add_argument("--split", default="test")
-    evaluate.add_argument("--batch-size", type=int, default=500)
-    evaluate.add_argument("--data-dir", default=None)
-    evaluate.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    evaluate = command(
+        "evaluate", help="evaluate a saved model",
+        description="Accuracy and loss of a saved model on a dataset split.",
+    )
+    evaluate.add_argument("--model", default="keras_vit_run/model.keras", help="a .keras file")
+    evaluate.add_argument("--dataset", default="fashion_mnist",
+                          help="'fashion_mnist', an image folder, or a TFDS name")
+    evaluate.add_argument("--split", default="test", help="dataset split")
+    evaluate.add_argument("--batch-size", type=int, default=500, help="images per step")
+    evaluate.add_argument("--data-dir", default=None, help="TFDS data folder")
     evaluate.set_defaults(run=_evaluate)
 
-    export = commands.add_parser(
+    export = command(
         "export",
         help="export a saved model for TF Serving (SavedModel) or the edge (TFLite)",
         description=(
@@ -533,23 +578,25 @@ def build_parser():
         ),
     )
     export.add_argument("model", metavar="MODEL", help="a .keras file")
-    export.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model")
+    export.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model",
+                        help="TF Serving SavedModel or TFLite / LiteRT file")
     export.add_argument("--quantize", choices=("none", "float16", "dynamic", "int8", "int8_full"),
                         default="none", help="TFLite quantisation")
     export.add_argument("--output", default=None,
                         help="default: MODEL's folder, serving/NAME/ or model[_QUANT].tflite")
-    export.add_argument("--top-k", type=int, default=5)
+    export.add_argument("--top-k", type=int, default=5,
+                        help="classes in the SavedModel's top-k outputs")
     export.add_argument("--dataset", default="fashion_mnist",
                         help="images to calibrate int8 and check the export with")
-    export.add_argument("--data-dir", default=None)
-    export.add_argument("--calibration-images", type=int, default=256)
+    export.add_argument("--data-dir", default=None, help="TFDS data folder")
+    export.add_argument("--calibration-images", type=int, default=256,
+                        help="training images that calibrate int8")
     export.add_argument("--check-images", type=int, default=256, help="0: no check")
     export.add_argument("--overwrite", action="store_true",
                         help="replace an existing version directory / file")
-    export.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
     export.set_defaults(run=_export)
 
-    inspect = commands.add_parser(
+    inspect = command(
         "inspect",
         help="attention rollout, attention distance, position and filter figures",
         description=(
@@ -561,19 +608,30 @@ def build_parser():
         ),
     )
     inspect.add_argument("model", metavar="MODEL", help="a .keras file")
-    inspect.add_argument("images", metavar="IMAGE", nargs="+")
-    inspect.add_argument("--out", default="keras_vit_inspect")
-    inspect.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    inspect.add_argument("images", metavar="IMAGE", nargs="+", help="image files")
+    inspect.add_argument("--out", default="keras_vit_inspect", help="folder for the PNGs")
     inspect.set_defaults(run=_inspect)
 
-    predict = commands.add_parser("predict", help="top-k classes of image files")
-    predict.add_argument("images", metavar="IMAGE", nargs="+")
+    predict = command("predict", help="top-k classes of image files",
+                      description="The top-k classes of each image file (JPEG, PNG, GIF, BMP).")
+    predict.add_argument("images", metavar="IMAGE", nargs="+", help="image files")
     predict.add_argument("--model", default="keras_vit_run/model.keras",
                          help="a .keras file, or a .tflite file from `keras-vit export`")
-    predict.add_argument("--top-k", type=int, default=3)
-    predict.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None)
+    predict.add_argument("--top-k", type=int, default=3, help="classes shown per image")
     predict.set_defaults(run=_predict)
     return parser
+
+
+def _quiet_python_logs():
+    """Keeps TensorFlow's and absl's Python loggers to errors (the CLI prints its own lines).
+
+    The native (C++) log lines are kept out by the `keras-vit` launcher
+    (`keras_vit_launcher`), before TensorFlow loads.
+    """
+    import logging
+
+    for name in ("tensorflow", "absl", "jax._src.xla_bridge"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def main(argv=None):
@@ -582,7 +640,8 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not args.verbose:
+        _quiet_python_logs()
     backend = getattr(args, "backend", None)
     if backend:
         if "keras" in sys.modules and sys.modules["keras"].backend.backend() != backend:

@@ -324,8 +324,11 @@ class TFLiteModel:
         return float(np.median(times))
 
 
-def check_tflite(path, model, images, num_threads=2, latency_runs=50):
+def check_tflite(path, model, images, num_threads=2, latency_runs=50, verbose=0):
     """Runs a `.tflite` file in LiteRT and compares it with the Keras model.
+
+    `verbose` is Keras' progress verbosity (0 silent, 1 a live bar, 2 one
+    line when done), for the Keras model's pass and the interpreter's.
 
     Returns:
         dict: `max_abs_error` and `top1_agreement` against `model` on
@@ -333,10 +336,17 @@ def check_tflite(path, model, images, num_threads=2, latency_runs=50):
         `num_threads` threads) and `xnnpack_partitions`
         (`delegate_partitions`).
     """
+    import keras
+
     images = np.asarray(images, "float32")
     runner = TFLiteModel(path, num_threads=num_threads)
-    served = runner(images)
-    expected = np.asarray(model.predict(images, verbose=0), "float32")
+    progress = keras.utils.Progbar(len(images), verbose=verbose, unit_name="image")
+    served = []
+    for image in images:
+        served.append(runner.predict_one(image))
+        progress.add(1)
+    served = np.stack(served)
+    expected = np.asarray(model.predict(images, verbose=verbose), "float32")
     return {
         "max_abs_error": float(np.max(np.abs(served - expected))),
         "top1_agreement": float(np.mean(served.argmax(-1) == expected.argmax(-1))),

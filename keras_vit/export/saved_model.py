@@ -270,14 +270,15 @@ def saved_model(
     return version_dir
 
 
-def _keras_probabilities(model, images):
+def _keras_probabilities(model, images, verbose=0):
     import numpy as np
 
-    scores = model.predict(np.asarray(images, "float32"), verbose=0)
+    scores = model.predict(np.asarray(images, "float32"), verbose=verbose)
     return graph.as_probabilities(scores, graph.outputs_probabilities(model))
 
 
-def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0):
+def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0,
+                      verbose=0):
     """Serves an export from a TensorFlow-only process and compares it with Keras.
 
     A fresh interpreter that imports only TensorFlow (`tf_only.py`) loads
@@ -292,6 +293,7 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
         images: float array `(N, H, W, C)` of `[0, 255]` pixels.
         encoded_images: sequence of JPEG/PNG bytes.
         crop_fraction: the crop the export was made with.
+        verbose: Keras' progress verbosity for the Keras model's pass.
 
     Returns:
         dict: `signatures` (the table), per signature
@@ -308,7 +310,7 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
     from keras_vit.export import tf_only
 
     images = np.asarray(images, "float32")
-    expected = {"serving_default": _keras_probabilities(model, images)}
+    expected = {"serving_default": _keras_probabilities(model, images, verbose)}
     requests = {}
     with tempfile.TemporaryDirectory(prefix="keras_vit_check_") as directory:
         np.save(os.path.join(directory, "images.npy"), images)

@@ -463,7 +463,7 @@ def train(
             if epochs % validation_freq == 0 and history.epoch and history.epoch[-1] == epochs - 1:
                 loss, accuracy = logs["val_loss"][-1], logs["val_accuracy"][-1]  # the final model's
             else:
-                loss, accuracy = network.evaluate(test_data.data, verbose=0)
+                loss, accuracy = network.evaluate(test_data.data, verbose=verbose)
             metrics = {"test_loss": float(loss), "test_accuracy": float(accuracy)}
     paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
     replace_atomically(paths["model.keras"], network.save)
