@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -234,20 +235,42 @@ def _missing_files(paths):
         raise ValueError(f"no such image file(s): {missing}")
 
 
-def _read_images(command, paths, height, width, channels):
-    """Image files as one float batch, prepared like evaluation images."""
+def _read_images(command, paths, height, width, channels, max_pixels=None):
+    """Image files as one float batch, prepared like evaluation images.
+
+    Each file is checked from its header first (size limits: nothing above
+    them is decoded). Returns `(paths, images)` of the files that decoded;
+    each one that did not is reported on standard error with its cause.
+    """
     import numpy as np
     import tensorflow as tf
 
+    from keras_vit.data import image_limits
     from keras_vit.data.pipelines import decode_for_eval
 
-    images = []
+    kept, images = [], []
     for path in paths:
         try:
-            images.append(decode_for_eval(tf.io.read_file(path), (height, width), channels))
-        except tf.errors.InvalidArgumentError:
-            _fail(command, f"{path!r} is not a JPEG/PNG/GIF/BMP image")
-    return np.stack(images)
+            source_height, source_width = image_limits.check_file(path, max_pixels)
+            images.append(decode_for_eval(tf.io.read_file(path), (height, width), channels,
+                                          max_pixels=max_pixels))
+        except image_limits.ImageTooLarge as error:
+            print(f"keras-vit {command}: {path}: {error} (--max-image-pixels)", file=sys.stderr)
+            continue
+        except ValueError as error:
+            print(f"keras-vit {command}: {path}: {error}", file=sys.stderr)
+            continue
+        except tf.errors.InvalidArgumentError as error:
+            cause = re.sub(r"\{\{.*?\}\}|\[Op:.*$", "", error.message.strip().splitlines()[0])
+            cause = cause.strip().rstrip(".")
+            print(f"keras-vit {command}: {path}: could not be decoded ({cause}); a truncated "
+                  "or damaged file, or an encoding TensorFlow does not read", file=sys.stderr)
+            continue
+        if source_height < height or source_width < width:
+            print(f"keras-vit {command}: {path}: warning: {source_width}x{source_height} image "
+                  f"upscaled to the model's {width}x{height}", file=sys.stderr)
+        kept.append(path)
+    return kept, (np.stack(images) if images else None)
 
 
 def _predict(args):
@@ -274,14 +297,17 @@ def _predict(args):
             outputs_logits = not outputs_probabilities(model)
     except ValueError as error:
         _fail("predict", error)
-    batch = _read_images("predict", args.images, height, width, channels)
+    paths, batch = _read_images("predict", args.images, height, width, channels,
+                                args.max_image_pixels)
+    if batch is None:
+        _fail("predict", "no image could be read")
     probabilities = as_probabilities(runner(batch), not outputs_logits)
-    for path, row in zip(args.images, probabilities):
+    for path, row in zip(paths, probabilities):
         print(path)
         for index in np.argsort(row)[::-1][: args.top_k]:
             name = class_names[index] if class_names else str(index)
             print(f"  {name:<16} {row[index]:.3f}")
-    return 0
+    return 0 if len(paths) == len(args.images) else 1
 
 
 def _dataset_images(model, dataset, split, count, data_dir=None):
@@ -362,8 +388,11 @@ def _inspect(args):
         vit_inspect.token_layout(model)  # a ViT of this package, or a clear error
     except ValueError as error:
         _fail("inspect", error)
-    images = _read_images("inspect", args.images, *model.input_shape[1:])
-    titles = [os.path.basename(p) for p in args.images]
+    paths, images = _read_images("inspect", args.images, *model.input_shape[1:],
+                                 args.max_image_pixels)
+    if images is None:
+        _fail("inspect", "no image could be read")
+    titles = [os.path.basename(p) for p in paths]
     paths = vit_inspect.write_figures(model, images, args.out, titles)
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
@@ -425,6 +454,24 @@ def _version():
         return version("keras-vit")
     except PackageNotFoundError:  # run from a source tree that is not installed
         return "unknown (not installed)"
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text!r}")
+    return value
+
+
+def _add_image_limit(parser):
+    from keras_vit.data import image_limits
+
+    parser.add_argument("--max-image-pixels", type=_positive_int, default=image_limits.MAX_PIXELS,
+                        help="refuse images whose header declares more pixels, before "
+                             "decoding them")
 
 
 def build_parser():
@@ -610,6 +657,7 @@ def build_parser():
     inspect.add_argument("model", metavar="MODEL", help="a .keras file")
     inspect.add_argument("images", metavar="IMAGE", nargs="+", help="image files")
     inspect.add_argument("--out", default="keras_vit_inspect", help="folder for the PNGs")
+    _add_image_limit(inspect)
     inspect.set_defaults(run=_inspect)
 
     predict = command("predict", help="top-k classes of image files",
@@ -618,6 +666,7 @@ def build_parser():
     predict.add_argument("--model", default="keras_vit_run/model.keras",
                          help="a .keras file, or a .tflite file from `keras-vit export`")
     predict.add_argument("--top-k", type=int, default=3, help="classes shown per image")
+    _add_image_limit(predict)
     predict.set_defaults(run=_predict)
     return parser
 

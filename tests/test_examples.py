@@ -30,3 +30,15 @@ def test_inspect_example_trains_a_plain_vit_and_writes_the_figures(tmp_path):
     for name in ("attention_rollout", "attention_distance", "position_similarity",
                  "embedding_filters"):
         assert os.path.getsize(tmp_path / "figures" / f"{name}.png") > 2000
+
+
+def test_the_docs_figures_script_trains_and_draws_every_figure(tmp_path):
+    path = os.path.join(ROOT, "examples", "make_figures.py")
+    out = run_python(
+        f"import sys; sys.argv = ['make_figures.py', '--out', {str(tmp_path)!r}, "
+        f"'--epochs', '1', '--limit', '512']; exec(open({path!r}).read())"
+    )
+    rows = re.findall(r"layer +\d+: +([0-9. ]+)", out)
+    assert len(rows) == 12 and all(len(row.split()) == 4 for row in rows)
+    for name in ("attention_rollout", "attention_distance", "position_similarity"):
+        assert os.path.getsize(tmp_path / f"{name}.png") > 2000

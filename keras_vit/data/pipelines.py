@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
+from keras_vit.data import image_limits
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-# The first bytes of the formats `tf.io.decode_image` reads.
-_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 
 logger = logging.getLogger("keras_vit")
 
@@ -140,15 +140,19 @@ def to_channels(images, channels):
     return tf.cond(tf.shape(images)[-1] < 3, as_grey, as_colour)
 
 
-def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0):
+def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixels=None,
+                    max_bytes=None):
     """Encoded image bytes as the evaluation pipeline's view of them.
 
     Decodes JPEG/PNG/GIF/BMP bytes (the first frame of a GIF), converts the
     channels, then resizes and centre-crops exactly as the evaluation
     batches of `from_folder` do: float32 `(height, width, channels)` in
-    `[0, 255]`. Undecodable bytes raise `tf.errors.InvalidArgumentError`
-    when run. The exported serving signatures and `keras-vit predict`
-    use this, so served images see what evaluation saw.
+    `[0, 255]`. Undecodable bytes, and bytes whose header declares more
+    than `max_pixels` pixels (or that are longer than `max_bytes`; defaults
+    in `keras_vit.data.image_limits`), raise `tf.errors.InvalidArgumentError`
+    when run; oversized images are refused before any decoding. The
+    exported serving signatures and `keras-vit predict` use this, so served
+    images see what evaluation saw.
 
     Example:
 
@@ -160,7 +164,9 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0):
     import tensorflow as tf
 
     image_size = _check_size(image_size)
-    image = tf.io.decode_image(encoded, expand_animations=False)
+    with tf.control_dependencies([image_limits.assert_within_limits(encoded, max_pixels,
+                                                                    max_bytes)]):
+        image = tf.io.decode_image(encoded, expand_animations=False)
     image = to_channels(tf.cast(image, tf.float32), channels)
     image = center_crop(image, image_size, crop_fraction)
     image.set_shape((*image_size, channels))
@@ -384,21 +390,31 @@ def fashion_mnist(split="train", **kwargs):
     return from_arrays(images, labels, CLASS_NAMES, **kwargs)
 
 
-def _is_image(path):
+def _skip_reason(path, max_pixels, max_bytes):
+    """Why an image folder's file is not used, or None."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return False
-    return any(head.startswith(magic) for magic in _MAGIC)
+        image_limits.check_file(path, max_pixels, max_bytes)
+    except image_limits.ImageTooLarge:
+        return "image(s) above the size limits"
+    except (OSError, ValueError):
+        return "file(s) that are not JPEG/PNG/GIF/BMP images"
+    return None
 
 
-def list_image_folder(directory):
+def _describe_skipped(skipped):
+    return " and ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))
+
+
+def list_image_folder(directory, max_pixels=None, max_bytes=None):
     """`(paths, labels, class_names, skipped)` of a one-folder-per-class tree.
 
     Files that are not JPEG/PNG/GIF/BMP images (by their first bytes, not
-    their names) are skipped and counted, never passed to the decoder.
+    their names), and images whose header declares more than `max_pixels`
+    pixels or whose file has more than `max_bytes` bytes
+    (`keras_vit.data.image_limits`), are skipped and counted in `skipped`
+    (a dict: reason -> count), never passed to the decoder.
     """
+    max_pixels, max_bytes = image_limits.resolve_limits(max_pixels, max_bytes)
     if not isinstance(directory, (str, os.PathLike)) or not os.path.isdir(directory):
         raise ValueError(
             f"`directory` must be an existing folder with one sub-folder per "
@@ -413,7 +429,7 @@ def list_image_folder(directory):
             f"{directory!r} has no class sub-folders; expected "
             f"{directory}/<class name>/<image files>."
         )
-    paths, labels, skipped = [], [], 0
+    paths, labels, skipped = [], [], {}
     for label, name in enumerate(class_names):
         folder = os.path.join(directory, name)
         for root, _, files in sorted(os.walk(folder)):
@@ -421,29 +437,34 @@ def list_image_folder(directory):
                 path = os.path.join(root, file)
                 if file.startswith("."):
                     continue
-                if _is_image(path):
+                reason = _skip_reason(path, max_pixels, max_bytes)
+                if reason is None:
                     paths.append(path)
                     labels.append(label)
                 else:
-                    skipped += 1
+                    skipped[reason] = skipped.get(reason, 0) + 1
     if not paths:
         raise ValueError(
-            f"{directory!r} has {len(class_names)} class folders but no images "
-            f"(JPEG, PNG, GIF or BMP); {skipped} other files were skipped."
+            f"{directory!r} has {len(class_names)} class folders but no images to use "
+            f"(JPEG, PNG, GIF or BMP within the size limits); skipped: "
+            f"{_describe_skipped(skipped) or 'nothing'}."
         )
     return paths, np.asarray(labels, "int64"), tuple(class_names), skipped
 
 
-def from_folder(directory, **kwargs):
+def from_folder(directory, max_pixels=None, max_bytes=None, **kwargs):
     """A pipeline over an image folder: `directory/<class name>/<image>`.
 
-    Class names are the sorted sub-folder names. Non-image files are
-    skipped with one warning that counts them; images that fail to decode
+    Class names are the sorted sub-folder names. Non-image files, and
+    images above the limits (`max_pixels`, `max_bytes`: see
+    `keras_vit.data.image_limits`, checked from their headers), are skipped
+    with one warning that counts them; images that fail to decode
     (truncated, corrupt) are dropped by the pipeline with a warning instead
     of stopping an epoch.
 
     Args:
         directory: the folder.
+        max_pixels, max_bytes: the image limits (default: the module's).
         **kwargs: `make_pipeline` arguments.
 
     Returns:
@@ -451,11 +472,12 @@ def from_folder(directory, **kwargs):
     """
     import tensorflow as tf
 
-    paths, labels, class_names, skipped = list_image_folder(directory)
+    max_pixels, max_bytes = image_limits.resolve_limits(max_pixels, max_bytes)
+    paths, labels, class_names, skipped = list_image_folder(directory, max_pixels, max_bytes)
     if skipped:
         logger.warning(
-            "%s: skipped %d file(s) that are not JPEG/PNG/GIF/BMP images.",
-            directory, skipped,
+            "%s: skipped %s (limits: %s pixels, %s bytes).",
+            directory, _describe_skipped(skipped), f"{max_pixels:,}", f"{max_bytes:,}",
         )
 
     channels = kwargs.get("channels", 3)
@@ -463,7 +485,11 @@ def from_folder(directory, **kwargs):
     def decode(path, label):
         # Native channels first, then the model's: a grey file stays exact
         # for a grey model (a round trip through RGB would scale it by 0.9999).
-        image = tf.io.decode_image(tf.io.read_file(path), expand_animations=False)
+        encoded = tf.io.read_file(path)
+        # Checked again here: a file may have changed since it was listed.
+        with tf.control_dependencies([image_limits.assert_within_limits(encoded, max_pixels,
+                                                                        max_bytes)]):
+            image = tf.io.decode_image(encoded, expand_animations=False)
         image = to_channels(tf.cast(image, tf.float32), channels)
         image.set_shape((None, None, channels))
         return image, label

@@ -33,13 +33,17 @@ def _check_class_names(class_names, classes):
     return list(class_names)
 
 
-def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5):
+def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_image_pixels=None,
+                     max_image_bytes=None):
     """What a client needs to prepare inputs and read outputs, as a dict.
 
     Written into the SavedModel as `assets.extra/keras_vit.json`.
     """
     import keras_vit
+    from keras_vit.data import image_limits
 
+    max_image_pixels, max_image_bytes = image_limits.resolve_limits(max_image_pixels,
+                                                                    max_image_bytes)
     (_, height, width, channels), _ = graph.input_spec(model)
     classes = model.outputs[0].shape[-1]
     return {
@@ -52,7 +56,11 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5):
         "float_input": "serving_default: float32 (batch, height, width, channels), "
         "RGB (or grey) pixels in [0, 255]; the model rescales them itself",
         "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP bytes; "
-        "decoded, resized (bilinear) and centre-cropped in the graph",
+        "decoded, resized (bilinear) and centre-cropped in the graph; images whose "
+        "header declares more than max_image_pixels pixels, or longer than "
+        "max_image_bytes bytes, are refused before decoding",
+        "max_image_pixels": max_image_pixels,
+        "max_image_bytes": max_image_bytes,
         "resize_method": "bilinear",
         "crop_fraction": crop_fraction,
         "classes": classes,
@@ -63,13 +71,16 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5):
     }
 
 
-def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5):
+def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_image_pixels=None,
+                   max_image_bytes=None):
     """A `tf.Module` with the two serving signatures around `model`.
 
     `serving_default(images)` takes float32 pixels `(batch, H, W, C)` in
     `[0, 255]`; `serving_bytes(image_bytes)` takes a string batch of encoded
     images and prepares them like the evaluation pipeline
-    (`keras_vit.data.pipelines.decode_for_eval`). Both return
+    (`keras_vit.data.pipelines.decode_for_eval`), refusing (failing the
+    request) images above `max_image_pixels` / `max_image_bytes` before
+    decoding them (`keras_vit.data.image_limits`). Both return
     `probabilities`, `top_k_scores` and `top_k_classes` (and `top_k_names`
     when class names are given).
     """
@@ -108,7 +119,8 @@ def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5):
     def serving_bytes(image_bytes):
         images = tf.map_fn(
             lambda encoded: decode_for_eval(
-                encoded, (height, width), channels, crop_fraction
+                encoded, (height, width), channels, crop_fraction,
+                max_pixels=max_image_pixels, max_bytes=max_image_bytes,
             ),
             image_bytes,
             fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32),
@@ -173,6 +185,8 @@ def saved_model(
     top_k=5,
     overwrite=False,
     warmup=True,
+    max_image_pixels=None,
+    max_image_bytes=None,
 ):
     """Exports `model` for TF Serving into `MODEL_DIR/<version>/`.
 
@@ -198,6 +212,9 @@ def saved_model(
         top_k: int, how many classes `top_k_*` hold (at most `classes`).
         overwrite: bool, replace an existing non-empty version directory.
         warmup: bool, write TF Serving warm-up requests.
+        max_image_pixels, max_image_bytes: `serving_bytes` refuses images
+            whose header declares more pixels, or with more bytes, before
+            decoding them (default: `keras_vit.data.image_limits`'s).
 
     Returns:
         The version directory written, as a str.
@@ -222,6 +239,10 @@ def saved_model(
         raise ValueError(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
         )
+    from keras_vit.data import image_limits
+
+    max_image_pixels, max_image_bytes = image_limits.resolve_limits(max_image_pixels,
+                                                                    max_image_bytes)
     model_dir, version_dir = _version_directory(export_dir, version)
     if os.path.isdir(version_dir) and os.listdir(version_dir) and not overwrite:
         raise ValueError(
@@ -234,12 +255,14 @@ def saved_model(
         return graph.rebuild_on_tensorflow(
             model, "saved_model", export_dir=version_dir, class_names=class_names,
             crop_fraction=crop_fraction, top_k=top_k, overwrite=overwrite, warmup=warmup,
+            max_image_pixels=max_image_pixels, max_image_bytes=max_image_bytes,
         )
 
     import tensorflow as tf
 
-    module = serving_module(model, class_names, crop_fraction, top_k)
-    metadata = serving_metadata(model, class_names, crop_fraction, top_k)
+    limits = {"max_image_pixels": max_image_pixels, "max_image_bytes": max_image_bytes}
+    module = serving_module(model, class_names, crop_fraction, top_k, **limits)
+    metadata = serving_metadata(model, class_names, crop_fraction, top_k, **limits)
     os.makedirs(model_dir, exist_ok=True)
     # Dot-prefixed: TF Serving ignores non-numeric names while it is written.
     staging = tempfile.mkdtemp(prefix=".keras_vit_partial_", dir=model_dir)

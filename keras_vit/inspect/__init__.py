@@ -50,7 +50,8 @@ def write_figures(model, images, out_dir, titles=None):
             images, attention_rollout(attention, prefix, grid), titles
         ),
         "attention_distance": attention_distance_plot(
-            mean_attention_distance(attention, grid, patch, prefix)
+            mean_attention_distance(attention, grid, patch, prefix),
+            image_size=tuple(model.input_shape[1:3]), patch_size=patch,
         ),
         "position_similarity": position_similarity_grid(position_similarity(model)),
     }

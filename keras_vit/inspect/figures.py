@@ -46,21 +46,48 @@ def rollout_overlay(images, rollouts, titles=None):
     return figure
 
 
-def attention_distance_plot(distances):
-    """Mean attention distance of every head against depth (paper Fig. 7, right)."""
+def attention_distance_plot(distances, image_size=None, patch_size=None):
+    """Mean attention distance of every head against depth (paper Fig. 7, right).
+
+    One colour per head (the same head index keeps its colour from layer
+    to layer), integer layer ticks counted from 1, the legend outside the
+    axes so it hides no point, the y axis in pixels of the input image.
+
+    Args:
+        distances: `(layers, heads)` array in pixels.
+        image_size: optional `(height, width)` of the input, named on the axis.
+        patch_size: optional `(height, width)` of a patch, named in the title.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     distances = np.asarray(distances)
-    figure, axis = plt.subplots(figsize=(4, 3.5))
-    for head in range(distances.shape[1]):
-        axis.scatter(np.arange(distances.shape[0]), distances[:, head], s=14, label=f"head {head}")
+    layers, heads = distances.shape
+    figure, axis = plt.subplots(figsize=(5.6, 3.6))
+    colours = plt.get_cmap("tab20" if heads > 10 else "tab10")
+    depth = np.arange(1, layers + 1)
+    for head in range(heads):
+        axis.scatter(depth, distances[:, head], s=18, color=colours(head % colours.N),
+                     label=f"head {head + 1}", zorder=2)
+    if layers <= 24:
+        axis.set_xticks(depth)
+    else:
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_xlim(0.5, layers + 0.5)
+    axis.set_ylim(bottom=0)
+    axis.grid(True, alpha=0.3, zorder=0)
     axis.set_xlabel("network depth (layer)")
-    axis.set_ylabel("mean attention distance (pixels)")
-    if distances.shape[1] <= 8:
-        axis.legend(fontsize=7)
+    unit = ("pixels" if image_size is None
+            else f"pixels of the {image_size[1]}\u00d7{image_size[0]} image")
+    axis.set_ylabel(f"mean attention distance\n({unit})")
+    if patch_size is not None:
+        axis.set_title(f"{heads} heads a layer, {patch_size[1]}\u00d7{patch_size[0]}-pixel patches",
+                       fontsize=9)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                ncol=1 if heads <= 16 else 2)
     figure.tight_layout()
     return figure
 

@@ -121,3 +121,26 @@ def test_inspect_command(model, tmp_path, capsys):
     assert png_size(out / "attention_rollout.png") > 2000
     with pytest.raises(SystemExit, match="no such image"):
         main(["inspect", str(tmp_path / "model.keras"), str(tmp_path / "missing.png")])
+
+
+def test_attention_distance_figure_has_integer_layers_a_colour_per_head_and_no_hidden_point():
+    from keras_vit.inspect import figures
+
+    distances = np.random.default_rng(0).uniform(2, 20, (12, 6))
+    figure = figures.attention_distance_plot(distances, image_size=(28, 28), patch_size=(4, 4))
+    axis = figure.axes[0]
+    assert list(axis.get_xticks()) == list(range(1, 13))
+    assert "pixels of the 28\u00d728 image" in axis.get_ylabel()
+    collections = axis.collections
+    assert len(collections) == 6  # one scatter per head, every layer in it
+    assert all(len(c.get_offsets()) == 12 for c in collections)
+    colours = {tuple(np.round(c.get_facecolor()[0], 3)) for c in collections}
+    assert len(colours) == 6
+    legend = axis.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [f"head {h}" for h in range(1, 7)]
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    # The legend lies beside the axes, not over any point.
+    assert legend.get_window_extent(renderer).x0 >= axis.get_window_extent(renderer).x1
+    assert axis.get_ylim()[0] == 0 and axis.get_ylim()[1] >= distances.max()
+    figures.save(figure, os.devnull)

@@ -112,11 +112,12 @@ def test_empty_folder_fails_fast(tmp_path):
         main(command(str(tmp_path / "data"), str(tmp_path / "run"), 1))
 
 
-def test_predict_rejects_files_that_are_not_images(tmp_path):
+def test_predict_rejects_files_that_are_not_images(tmp_path, capsys):
     data = write_dataset(tmp_path / "data", per_class=8)
     out = str(tmp_path / "run")
     main(command(data, out, 1))
     bad = tmp_path / "bad.png"
     bad.write_text("hello")
-    with pytest.raises(SystemExit, match="is not a JPEG/PNG/GIF/BMP image"):
+    with pytest.raises(SystemExit, match="no image could be read"):
         main(["predict", str(bad), "--model", os.path.join(out, "model.keras")])
+    assert f"{bad}: not a JPEG/PNG/GIF/BMP image" in capsys.readouterr().err

@@ -1,0 +1,210 @@
+"""Limits on untrusted encoded images, checked from their headers before decoding.
+
+A PNG, GIF or JPEG of a few kilobytes can declare 50,000 x 50,000 pixels: the
+decoder allocates the whole image (and the pipeline a float32 copy of it)
+before it finds out what the data holds. Every place that decodes bytes it
+did not make (the `serving_bytes` signature, image folders, `keras-vit
+predict` and `inspect`) first reads the width and height from the header and
+refuses images above `max_pixels`, and files above `max_bytes`.
+
+The defaults (`MAX_PIXELS`: 64 megapixels, e.g. 8,000 x 8,000, above the
+photos of current phone cameras; `MAX_BYTES`: 64 MiB) can be changed per call
+(`max_pixels=`, `max_bytes=`) or for the process by assigning the module's
+constants before building a pipeline or an export.
+"""
+
+import io
+import os
+import struct
+
+MAX_PIXELS = 64_000_000
+MAX_BYTES = 64 * 2**20
+
+_PNG = b"\x89PNG\r\n\x1a\n"
+# JPEG start-of-frame markers, which carry the image size (not DHT C4, JPG C8, DAC CC).
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+class ImageTooLarge(ValueError):
+    """An encoded image whose header or size is above the limits."""
+
+
+def _check_limit(name, value, received):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int. Received: {name}={received!r}")
+    return value
+
+
+def resolve_limits(max_pixels=None, max_bytes=None):
+    """`(max_pixels, max_bytes)`: the given values, or the module's defaults."""
+    max_pixels = MAX_PIXELS if max_pixels is None else max_pixels
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+    return (_check_limit("max_pixels", max_pixels, max_pixels),
+            _check_limit("max_bytes", max_bytes, max_bytes))
+
+
+def _jpeg_size(stream):
+    """(height, width) from a JPEG's first start-of-frame segment."""
+    stream.seek(2)
+    while True:
+        byte = stream.read(1)
+        if not byte:
+            raise ValueError("a truncated JPEG header (no frame size before the end)")
+        if byte != b"\xff":
+            continue
+        marker = stream.read(1)
+        while marker == b"\xff":  # fill bytes
+            marker = stream.read(1)
+        if not marker:
+            raise ValueError("a truncated JPEG header")
+        code = marker[0]
+        if code in (0x01, 0xD8) or 0xD0 <= code <= 0xD7:
+            continue  # markers without a length
+        length_bytes = stream.read(2)
+        if len(length_bytes) < 2:
+            raise ValueError("a truncated JPEG header")
+        (length,) = struct.unpack(">H", length_bytes)
+        if code in _JPEG_SOF:
+            frame = stream.read(5)
+            if len(frame) < 5:
+                raise ValueError("a truncated JPEG header")
+            _, height, width = struct.unpack(">BHH", frame)
+            return height, width
+        if code == 0xD9 or length < 2:
+            raise ValueError("a JPEG without a frame header")
+        stream.seek(length - 2, os.SEEK_CUR)
+
+
+def header_size(stream):
+    """`(format, height, width)` read from the header of an encoded image.
+
+    Args:
+        stream: a binary file object positioned anywhere (it is sought), or
+            bytes.
+
+    Returns:
+        `("png" | "gif" | "bmp" | "jpeg", height, width)`, the size the
+        decoder would allocate (for a GIF, its logical screen).
+
+    Raises:
+        ValueError: not a JPEG/PNG/GIF/BMP header, or a truncated one.
+
+    Example:
+
+    >>> import tensorflow as tf
+    >>> header_size(tf.io.encode_png(tf.zeros((3, 5, 1), tf.uint8)).numpy())
+    ('png', 3, 5)
+    """
+    if isinstance(stream, (bytes, bytearray, memoryview)):
+        stream = io.BytesIO(bytes(stream))
+    stream.seek(0)
+    head = stream.read(26)
+    if head.startswith(_PNG):
+        if len(head) < 24 or head[12:16] != b"IHDR":
+            raise ValueError("a truncated PNG header")
+        width, height = struct.unpack(">II", head[16:24])
+        return "png", height, width
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        if len(head) < 10:
+            raise ValueError("a truncated GIF header")
+        width, height = struct.unpack("<HH", head[6:10])
+        return "gif", height, width
+    if head.startswith(b"BM"):
+        if len(head) < 26:
+            raise ValueError("a truncated BMP header")
+        width, height = struct.unpack("<ii", head[18:26])
+        return "bmp", abs(height), abs(width)
+    if head.startswith(b"\xff\xd8\xff"):
+        height, width = _jpeg_size(stream)
+        return "jpeg", height, width
+    raise ValueError("not a JPEG/PNG/GIF/BMP image (its first bytes are none of theirs)")
+
+
+def check_file(path, max_pixels=None, max_bytes=None):
+    """Checks an image file against the limits without decoding it.
+
+    Returns:
+        `(height, width)` from its header.
+
+    Raises:
+        ImageTooLarge: the file or the image it declares is above a limit.
+        ValueError: not a readable JPEG/PNG/GIF/BMP header.
+    """
+    max_pixels, max_bytes = resolve_limits(max_pixels, max_bytes)
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise ImageTooLarge(
+            f"the file has {size:,} bytes, above the limit of {max_bytes:,} (max_bytes)"
+        )
+    with open(path, "rb") as f:
+        kind, height, width = header_size(f)
+    if height * width > max_pixels:
+        raise ImageTooLarge(
+            f"the {kind.upper()} declares {width:,} x {height:,} = {width * height:,} pixels, "
+            f"above the limit of {max_pixels:,} (max_pixels); refused before decoding"
+        )
+    return height, width
+
+
+def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
+    """A TensorFlow op that fails on encoded bytes above the limits, reading only headers.
+
+    Run it before `tf.io.decode_image` (as a control dependency): for a
+    request it raises `InvalidArgumentError` naming the size, so that
+    request fails and the next one is answered; nothing is decoded.
+    Headers it does not recognise pass (the decoder then refuses the data).
+
+    Args:
+        encoded: scalar string tensor, one encoded image.
+        max_pixels, max_bytes: the limits (default: the module's).
+
+    Returns:
+        The assertion op.
+    """
+    import tensorflow as tf
+
+    max_pixels, max_bytes = resolve_limits(max_pixels, max_bytes)
+    length = tf.strings.length(encoded, unit="BYTE")
+    # The first 26 bytes, zero-padded so short inputs read as no format at all.
+    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, 26), b"\0" * 26]),
+                             0, 26)
+    raw = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+    def big_endian(start, count):
+        return sum(raw[start + i] * (256 ** (count - 1 - i)) for i in range(count))
+
+    def little_endian(start, count):
+        return sum(raw[start + i] * (256**i) for i in range(count))
+
+    def starts_with(prefix):
+        return tf.reduce_all(tf.equal(raw[: len(prefix)], tf.constant(list(prefix), tf.int64)))
+
+    def signed32(value):
+        return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
+
+    is_png = starts_with(_PNG)
+    is_gif = tf.logical_or(starts_with(b"GIF87a"), starts_with(b"GIF89a"))
+    is_bmp = starts_with(b"BM")
+    is_jpeg = starts_with(b"\xff\xd8\xff")
+
+    def jpeg_pixels():
+        shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
+        return shape[0] * shape[1]
+
+    pixels = tf.case([
+        (is_png, lambda: big_endian(16, 4) * big_endian(20, 4)),
+        (is_gif, lambda: little_endian(6, 2) * little_endian(8, 2)),
+        (is_bmp, lambda: signed32(little_endian(18, 4)) * signed32(little_endian(22, 4))),
+        (is_jpeg, jpeg_pixels),
+    ], default=lambda: tf.constant(0, tf.int64), exclusive=False)
+    return tf.group(
+        tf.debugging.assert_less_equal(
+            length, tf.constant(max_bytes, length.dtype),
+            message=f"image refused: more bytes than the limit of {max_bytes:,} (max_bytes)",
+        ),
+        tf.debugging.assert_less_equal(
+            pixels, tf.constant(max_pixels, tf.int64),
+            message=f"image refused before decoding: its header declares more pixels than "
+                    f"the limit of {max_pixels:,} (max_pixels)",
+        ),
+    )

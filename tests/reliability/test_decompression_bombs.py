@@ -1,0 +1,139 @@
+"""Images that declare more pixels than the limits are refused from their headers, never decoded."""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit.data import image_limits
+from keras_vit.data import pipelines as vit_pipelines
+from tests.bombs import gif_bomb, jpeg_bomb, png_bomb
+from tests.conftest import BACKEND, TINY
+from tests.test_console import console_environment
+
+# 64 KB that TensorFlow's decoder turns into 529 million pixels: 8.9 GB at the
+# peak on the way to a 224x224 RGB input (benchmarks/decompression_bombs.py).
+PNG_BOMB = png_bomb(23000, 23000)
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def small_images():
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (13, 21, 3)).astype("uint8")
+    return {
+        "png": tf.io.encode_png(pixels).numpy(),
+        "jpeg": tf.io.encode_jpeg(pixels).numpy(),
+        "gif": gif_bomb(21, 13),
+        "bmp": b"BM" + bytes(16) + (21).to_bytes(4, "little") + (-13).to_bytes(4, "little", signed=True),
+    }
+
+
+def test_header_sizes_are_read_without_decoding():
+    for kind, data in small_images().items():
+        assert image_limits.header_size(data) == (kind, 13, 21), kind
+    jpeg = small_images()["jpeg"]
+    assert image_limits.header_size(jpeg_bomb(jpeg, 40000, 30000)) == ("jpeg", 30000, 40000)
+    assert image_limits.header_size(PNG_BOMB) == ("png", 23000, 23000)
+    for data, cause in ((b"hello", "not a JPEG/PNG/GIF/BMP"), (PNG_BOMB[:20], "truncated PNG"),
+                        (jpeg[:20], "truncated JPEG")):
+        with pytest.raises(ValueError, match=cause):
+            image_limits.header_size(data)
+
+
+def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
+    jpeg = small_images()["jpeg"]
+    for bomb in (PNG_BOMB, gif_bomb(30000, 30000), jpeg_bomb(jpeg, 30000, 30000)):
+        before = peak_rss_mb()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="refused before decoding"):
+            vit_pipelines.decode_for_eval(tf.constant(bomb), (16, 16), 3)
+        assert peak_rss_mb() - before < 200
+    for data in small_images().values():
+        image_limits.assert_within_limits(tf.constant(data))  # no error
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_bytes"):
+        image_limits.assert_within_limits(tf.constant(small_images()["png"]), max_bytes=100)
+    # The limit is the caller's to raise: 13 x 21 = 273 pixels.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="272"):
+        vit_pipelines.decode_for_eval(tf.constant(small_images()["png"]), (8, 8), max_pixels=272)
+    assert vit_pipelines.decode_for_eval(
+        tf.constant(small_images()["png"]), (8, 8), max_pixels=273).shape == (8, 8, 3)
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "big"])
+def test_bad_limits_are_refused_by_name(value):
+    with pytest.raises(ValueError, match=f"max_pixels={value!r}"):
+        image_limits.resolve_limits(max_pixels=value)
+
+
+def test_an_image_folder_skips_a_bomb_with_one_warning(tmp_path, caplog):
+    rng = np.random.default_rng(0)
+    for name in ("a", "b"):
+        os.makedirs(tmp_path / name)
+        for i in range(3):
+            pixels = rng.integers(0, 256, (12, 12, 3)).astype("uint8")
+            (tmp_path / name / f"{i}.png").write_bytes(tf.io.encode_png(pixels).numpy())
+    (tmp_path / "a" / "bomb.png").write_bytes(PNG_BOMB)
+    (tmp_path / "b" / "notes.txt").write_text("not an image")
+    before = peak_rss_mb()
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        dataset = keras_vit.data.from_folder(str(tmp_path), image_size=8, batch_size=4)
+    images = np.concatenate([x.numpy() for x, _ in dataset.data])
+    assert len(images) == 6 and dataset.size == 6
+    warnings = [r.getMessage() for r in caplog.records if r.name == "keras_vit"]
+    assert len(warnings) == 1, warnings
+    assert "1 file(s) that are not JPEG/PNG/GIF/BMP images" in warnings[0]
+    assert "1 image(s) above the size limits" in warnings[0]
+    assert peak_rss_mb() - before < 200
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="the serving graph is traced on TensorFlow or JAX; "
+                    "torch models are exported through rebuild_on_tensorflow (tests/export)")
+def test_a_served_bomb_fails_its_request_and_the_next_one_is_answered(tmp_path):
+    model = keras_vit.VisionTransformer(**TINY)
+    path = keras_vit.export.saved_model(model, str(tmp_path / "serving"), warmup=False)
+    serve = tf.saved_model.load(path).signatures["serving_bytes"]
+    good = small_images()["png"]
+    before = peak_rss_mb()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="refused before decoding"):
+        serve(image_bytes=tf.constant([good, PNG_BOMB]))
+    assert peak_rss_mb() - before < 200
+    assert serve(image_bytes=tf.constant([good]))["probabilities"].shape == (1, TINY["classes"])
+    with open(os.path.join(path, "assets.extra", "keras_vit.json")) as f:
+        metadata = json.load(f)
+    assert metadata["max_image_pixels"] == image_limits.MAX_PIXELS
+
+
+def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
+    model = keras_vit.VisionTransformer(**TINY, name="tiny")
+    model.save(tmp_path / "model.keras")
+    files = {
+        "good.png": tf.io.encode_png(np.zeros((20, 30, 3), "uint8")).numpy(),
+        "tiny.png": tf.io.encode_png(np.zeros((1, 1, 3), "uint8")).numpy(),
+        "bomb.png": PNG_BOMB,
+        "truncated.png": small_images()["png"][:60],
+        "text.png": b"just some text",
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    command = [sys.executable, "-m", "keras_vit_launcher", "predict",
+               *[str(tmp_path / name) for name in files], "--model", str(tmp_path / "model.keras")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env=console_environment())
+    assert done.returncode == 1, done.stderr
+    answered = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert answered == [str(tmp_path / "good.png"), str(tmp_path / "tiny.png")], done.stdout
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 4, done.stderr
+    assert "tiny.png: warning: 1x1 image upscaled to the model's 16x16" in errors[0]
+    assert "bomb.png: the PNG declares 23,000 x 23,000 = 529,000,000 pixels, above the " \
+           "limit of 64,000,000" in errors[1]
+    assert "truncated.png: could not be decoded (Invalid PNG data, size 60); a truncated" in errors[2]
+    assert "text.png: not a JPEG/PNG/GIF/BMP image" in errors[3]
