@@ -120,8 +120,30 @@ def _progress():
     return 1 if sys.stdout.isatty() else 2
 
 
+# The library's argument names, as the command line spells them.
+_CLI_NAMES = {
+    "gradient_accumulation_steps": "--accumulate", "quantization": "--quantize",
+    **{name: "--" + name.replace("_", "-") for name in (
+        "batch_size", "image_size", "patch_size", "data_dir", "output_dir", "validate_every",
+        "epochs", "recipe", "augmentation", "model_parallel", "top_k", "validation_split",
+        "max_image_pixels", "calibration_images", "dataset", "model", "seed", "distribute")},
+}
+
+
+def _cli_message(message):
+    """A library message with its Python argument names spelled as the CLI's options."""
+    message = re.sub(r"`?overwrite=True`?( \(`?--overwrite`?\))?", "--overwrite", message)
+    message = message.replace("another `version`", "another --output version folder")
+    message = re.sub(r"`?download=True`?", "--download", message)
+    for name, option in _CLI_NAMES.items():
+        message = re.sub(rf"`{name}=([^`]*)`", rf"{option} \1", message)
+        message = re.sub(rf"`{name}`", option, message)
+        message = re.sub(rf"\b{name}=", f"{option} ", message)
+    return message
+
+
 def _fail(command, error):
-    raise SystemExit(f"keras-vit {command}: {error}")
+    raise SystemExit(f"keras-vit {command}: {_cli_message(str(error))}")
 
 
 def _train(args):
@@ -140,14 +162,15 @@ def _train(args):
             model_parallel=args.model_parallel,
             gradient_accumulation_steps=args.accumulate,
             validate_every=args.validate_every, deterministic=args.deterministic,
+            validation_split=args.validation_split, download=args.download,
             verbose=_progress(),
         )
     except (ValueError, RuntimeError) as error:
         _fail(args.command, error)
     metrics, paths = result["metrics"], result["paths"]
     if "test_accuracy" in metrics:
-        print(f"test accuracy: {metrics['test_accuracy']:.4f} "
-              f"(loss {metrics['test_loss']:.4f})")
+        print(f"test accuracy: {metrics['test_accuracy']:.4f}, "
+              f"cross-entropy {metrics['test_cross_entropy']:.4f}")
     print(f"trained in {metrics['fit_seconds']:.0f} s, {metrics['total_seconds']:.0f} s in all")
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
@@ -171,7 +194,7 @@ def _pretrain(args):
             model=args.model, image_size=args.image_size, patch_size=args.patch_size,
             epochs=args.epochs, batch_size=args.batch_size, recipe=args.recipe,
             augmentation=args.augmentation, output_dir=args.output_dir, seed=args.seed,
-            data_dir=args.data_dir, overwrite=args.overwrite,
+            data_dir=args.data_dir, download=args.download, overwrite=args.overwrite,
             gradient_accumulation_steps=args.accumulate,
             deterministic=args.deterministic, verbose=_progress(),
         )
@@ -187,20 +210,66 @@ def _pretrain(args):
     return 0
 
 
-def _load_run_model(path):
+def _load_run_model(path, classifier=True):
+    """`(model, class_names)` of a `.keras` file, or a `ValueError` naming the real cause.
+
+    With `classifier`, the model must map images to one row of class scores
+    (a pre-training model does not).
+    """
     import json
+    import zipfile
 
     import keras
 
     if not os.path.isfile(path):
         raise ValueError(f"no such model file: {path!r}")
-    model = keras.models.load_model(path)
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a .keras model file: it is not a zip archive "
+                         "(a truncated download, or another kind of file)")
+    with zipfile.ZipFile(path) as archive:
+        if "config.json" not in archive.namelist():
+            raise ValueError(f"{path} is a zip archive without config.json: not a .keras "
+                             "model file")
+    try:
+        model = keras.models.load_model(path)
+    except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as error:
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} could not be loaded as a Keras model: {cause}") from None
+    if classifier and (len(model.outputs) != 1 or len(model.outputs[0].shape) != 2
+                       or len(model.inputs) != 1 or len(model.inputs[0].shape) != 4):
+        outputs = [tuple(o.shape) for o in model.outputs]
+        raise ValueError(
+            f"{path} is not an image classifier (images in, one row of class scores out; it "
+            f"outputs {outputs[0] if len(outputs) == 1 else outputs}): a pre-training or "
+            f"feature model? Fine-tune it into one first: keras-vit finetune {path}"
+        )
     names_path = os.path.join(os.path.dirname(os.path.abspath(path)), "class_names.json")
     class_names = None
     if os.path.isfile(names_path):
         with open(names_path) as f:
             class_names = json.load(f)
     return model, class_names
+
+
+def _run_data(args):
+    """`(dataset, options)` for a command on a run's model: the run's own data by default.
+
+    A model written by `keras-vit train` has `run.json` beside it, which
+    names its dataset (and data folder, held-out split); `--dataset` picks
+    another. Without either, Fashion-MNIST.
+    """
+    from keras_vit.training.loop import dataset_reference, read_run
+
+    recorded = read_run(os.path.dirname(os.path.abspath(args.model))) or {}
+    dataset = args.dataset or recorded.get("dataset") or "fashion_mnist"
+    options = {}
+    same = dataset_reference(dataset) == recorded.get("dataset")
+    data_dir = args.data_dir or (recorded.get("data_dir") if same else None)
+    if data_dir:
+        options["data_dir"] = data_dir
+    if same and recorded.get("validation_split") is not None:
+        options["validation_split"] = recorded["validation_split"]
+    return dataset, options
 
 
 def _evaluate(args):
@@ -210,22 +279,37 @@ def _evaluate(args):
     try:
         model, _ = _load_run_model(args.model)
         height, width, channels = model.input_shape[1:]
-        tfds_options = {"data_dir": args.data_dir} if args.data_dir else {}
+        dataset, options = _run_data(args)
         test = vit_data.load(
-            args.dataset, args.split, image_size=(height, width), channels=channels,
-            batch_size=args.batch_size, **tfds_options,
+            dataset, args.split, image_size=(height, width), channels=channels,
+            batch_size=args.batch_size, **options,
         )
+        if test.num_classes != model.outputs[0].shape[-1]:
+            raise ValueError(
+                f"{dataset!r} has {test.num_classes} classes and the model "
+                f"{model.outputs[0].shape[-1]}: not the data it was trained on? (--dataset)"
+            )
     except (ValueError, RuntimeError) as error:
         _fail("evaluate", error)
     import keras
 
+    from keras_vit.export.graph import outputs_probabilities
+
+    # The model's own output kind: logits, or probabilities of a softmax head.
+    from_logits = not outputs_probabilities(model)
     model.compile(
-        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits),
         metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
     )
-    loss, accuracy = model.evaluate(test.data, verbose=_progress())
-    print(f"{args.dataset} {args.split}: accuracy {accuracy:.4f}, loss {loss:.4f} "
-          f"({test.size} images)")
+    import warnings
+
+    with warnings.catch_warnings():
+        # An image folder's pipeline has no known length (undecodable files
+        # are dropped), which Keras reports as running out of data; it did not.
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        cross_entropy, accuracy = model.evaluate(test.data, verbose=_progress())
+    print(f"{dataset} {args.split}: accuracy {accuracy:.4f}, cross-entropy "
+          f"{cross_entropy:.4f} ({test.size} images)")
     return 0
 
 
@@ -310,15 +394,21 @@ def _predict(args):
     return 0 if len(paths) == len(args.images) else 1
 
 
-def _dataset_images(model, dataset, split, count, data_dir=None):
+def _dataset_images(model, dataset, split, count, options):
     """`count` evaluation-view images (float array) of a dataset split, at the model's input size."""
     from keras_vit import data as vit_data
     from keras_vit.export.litert import calibration_images
 
-    options = {"data_dir": data_dir} if data_dir else {}
     loaded = vit_data.load(dataset, split, image_size=model.input_shape[1:3],
                            channels=model.input_shape[3], batch_size=min(count, 256), **options)
     return calibration_images(loaded.data, model.input_shape[1:], count)
+
+
+def _has_test_split(dataset):
+    """Whether a folder has test/ or a TFDS name is asked for (its "test" split is tried)."""
+    if os.path.isdir(str(dataset)):
+        return os.path.isdir(os.path.join(str(dataset), "test"))
+    return False
 
 
 def _export(args):
@@ -330,6 +420,7 @@ def _export(args):
         if args.format == "saved_model" and args.quantize != "none":
             raise ValueError("--quantize applies to --format tflite only")
         model, class_names = _load_run_model(args.model)
+        dataset, data_options = _run_data(args)
         run_dir = os.path.dirname(os.path.abspath(args.model))
         if args.format == "saved_model":
             output = args.output or os.path.join(run_dir, "serving", model.name)
@@ -341,8 +432,8 @@ def _export(args):
             calibration = None
             if args.quantize in ("int8", "int8_full"):
                 # The representative data comes from the training split.
-                calibration = _dataset_images(model, args.dataset, "train",
-                                              args.calibration_images, args.data_dir)
+                calibration = _dataset_images(model, dataset, "train",
+                                              args.calibration_images, data_options)
             result = export.tflite(model, output, quantization=args.quantize,
                                    representative_data=calibration,
                                    calibration_count=args.calibration_images,
@@ -353,8 +444,9 @@ def _export(args):
     print(f"exported {args.format} to {path}")
     if args.check_images <= 0:
         return 0
-    check_split = "test" if args.dataset == "fashion_mnist" else "train"
-    images = _dataset_images(model, args.dataset, check_split, args.check_images, args.data_dir)
+    check_split = "train" if dataset != "fashion_mnist" and "validation_split" not in \
+        data_options and not _has_test_split(dataset) else "test"
+    images = _dataset_images(model, dataset, check_split, args.check_images, data_options)
     if args.format == "saved_model":
         import tensorflow as tf
 
@@ -373,7 +465,7 @@ def _export(args):
         report = export.check_tflite(path, model, images, verbose=_progress())
         print(f"LiteRT: {report['bytes'] / 1e6:.2f} MB, max abs error "
               f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
-              f"on {len(images)} {args.dataset} images, {report['latency_ms']:.2f} ms/image "
+              f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
               "(2 threads)")
     return 0
 
@@ -384,8 +476,11 @@ def _inspect(args):
 
     try:
         _missing_files(args.images)
-        model, _ = _load_run_model(args.model)
-        vit_inspect.token_layout(model)  # a ViT of this package, or a clear error
+        model, _ = _load_run_model(args.model, classifier=False)
+        try:
+            vit_inspect.token_layout(model)  # a ViT of this package, or a clear error
+        except ValueError as error:
+            raise ValueError(f"{args.model}: {error}") from None
     except ValueError as error:
         _fail("inspect", error)
     paths, images = _read_images("inspect", args.images, *model.input_shape[1:],
@@ -396,6 +491,9 @@ def _inspect(args):
     paths = vit_inspect.write_figures(model, images, args.out, titles)
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
+    if vit_inspect.has_stem(model):
+        print(f"  {'embedding_filters':<20} skipped: the model has a convolutional stem, so its "
+              "patch filters see feature maps, not pixels")
     return 0
 
 
@@ -403,10 +501,10 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distri
     """The data, schedule and output options that `train`, `finetune` and `pretrain` share."""
     parser.add_argument("--dataset", default="fashion_mnist",
                         help="'fashion_mnist', an image folder, or a TFDS name")
-    parser.add_argument("--image-size", type=int, default=None,
+    parser.add_argument("--image-size", type=_positive_int, default=None,
                         help="default: the data's (train) or the checkpoint's (finetune)")
-    parser.add_argument("--epochs", type=int, default=epochs, help="training epochs")
-    parser.add_argument("--batch-size", type=int, default=batch_size,
+    parser.add_argument("--epochs", type=_positive_int, default=epochs, help="training epochs")
+    parser.add_argument("--batch-size", type=_positive_int, default=batch_size,
                         help="images per step (the global batch with --distribute)")
     parser.add_argument("--recipe", default=recipe, help="small | pretrain | finetune")
     parser.add_argument("--augmentation", default="none",
@@ -414,13 +512,16 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distri
     parser.add_argument("--output-dir", default=output_dir,
                         help="folder for the run's files (and its resume checkpoints)")
     parser.add_argument("--data-dir", default=None, help="TFDS data folder")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument("--download", action="store_true",
+                        help="let TFDS download and prepare a dataset that is not prepared in "
+                             "--data-dir (without it, such a dataset is refused at once)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="random seed")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a finished run in OUTPUT_DIR")
     parser.add_argument("--deterministic", action="store_true",
                         help="deterministic kernels: a killed and resumed run ends with the "
                              "weights of an uninterrupted one")
-    parser.add_argument("--accumulate", type=int, default=None, metavar="STEPS",
+    parser.add_argument("--accumulate", type=_positive_int, default=None, metavar="STEPS",
                         help="gradient accumulation: update every STEPS batches")
     if not distributed:
         return
@@ -428,12 +529,15 @@ def _add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distri
                         help="data parallel over all devices (JAX: keras.distribution, "
                              "TensorFlow: tf.distribute, multi-worker with TF_CONFIG) or "
                              "model parallel (JAX); --batch-size is the global batch")
-    parser.add_argument("--model-parallel", type=int, default=2,
+    parser.add_argument("--model-parallel", type=_positive_int, default=2,
                         help="devices per model copy with --distribute model")
-    parser.add_argument("--cpu-devices", type=int, default=None,
+    parser.add_argument("--cpu-devices", type=_positive_int, default=None,
                         help="split the CPU into this many devices (to try --distribute "
                              "on one machine)")
-    parser.add_argument("--validate-every", type=int, default=None, metavar="EPOCHS",
+    parser.add_argument("--validation-split", type=_fraction, default=None, metavar="FRACTION",
+                        help="for an image folder without test/: hold out this share of each "
+                             "class's training images as the test set (the same files each time)")
+    parser.add_argument("--validate-every", type=_positive_int, default=None, metavar="EPOCHS",
                         help="evaluate on the test split every EPOCHS epochs (default: "
                              "after the last one only)")
 
@@ -456,13 +560,31 @@ def _version():
         return "unknown (not installed)"
 
 
-def _positive_int(text):
+def _whole_number(text, smallest, what):
     try:
         value = int(text)
     except ValueError:
         value = None
-    if value is None or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text!r}")
+    if value is None or value < smallest:
+        raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}")
+    return value
+
+
+def _positive_int(text):
+    return _whole_number(text, 1, "a positive whole number")
+
+
+def _non_negative_int(text):
+    return _whole_number(text, 0, "a whole number, 0 or more")
+
+
+def _fraction(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, not {text!r}")
     return value
 
 
@@ -496,11 +618,11 @@ def build_parser():
         "demo",
         help="build a small ViT, train it briefly on Fashion-MNIST, predict",
     )
-    demo.add_argument("--epochs", type=int, default=1, help="training epochs")
-    demo.add_argument("--batch-size", type=int, default=128, help="images per step")
-    demo.add_argument("--seed", type=int, default=0, help="random seed")
+    demo.add_argument("--epochs", type=_positive_int, default=1, help="training epochs")
+    demo.add_argument("--batch-size", type=_positive_int, default=128, help="images per step")
+    demo.add_argument("--seed", type=_non_negative_int, default=0, help="random seed")
     demo.add_argument(
-        "--limit", type=int, default=None, help="use only the first N training images"
+        "--limit", type=_positive_int, default=None, help="use only the first N training images"
     )
     demo.set_defaults(run=_demo)
 
@@ -516,16 +638,16 @@ def build_parser():
     convert.add_argument("source", metavar="SRC", help="checkpoint file")
     convert.add_argument("destination", metavar="DST", help="output .keras file")
     convert.add_argument(
-        "--image-size", type=int, default=None,
+        "--image-size", type=_positive_int, default=None,
         help="build at this resolution (position embeddings resampled)",
     )
     convert.add_argument(
-        "--classes", type=int, default=None,
+        "--classes", type=_positive_int, default=None,
         help="a new zero-initialised head of this many classes",
     )
     convert.add_argument("--no-top", action="store_true", help="drop the head")
     convert.add_argument(
-        "--num-heads", type=int, default=None,
+        "--num-heads", type=_positive_int, default=None,
         help="attention heads, for files without config.json outside the variant table",
     )
     convert.add_argument("--overwrite", action="store_true", help="replace DST")
@@ -544,7 +666,7 @@ def build_parser():
     )
     train.add_argument("--model", default="small",
                        help="'small' or a variant of the paper, e.g. Ti/16, S/16")
-    train.add_argument("--patch-size", type=int, default=None,
+    train.add_argument("--patch-size", type=_positive_int, default=None,
                        help="patch size in pixels (default: the model's)")
     _add_run_arguments(train, epochs=8, batch_size=128, recipe="small",
                        output_dir="keras_vit_run")
@@ -585,17 +707,17 @@ def build_parser():
                           help="masked patch prediction (the paper's) or MAE")
     pretrain.add_argument("--model", default="small/4",
                           help="'small/4' or a variant of the paper, e.g. Ti/16")
-    pretrain.add_argument("--patch-size", type=int, default=None,
+    pretrain.add_argument("--patch-size", type=_positive_int, default=None,
                           help="patch size in pixels (default: the model's)")
     pretrain.add_argument("--target", choices=("mean_color", "color_grid", "pixels"),
                           default="mean_color", help="mpp: what to predict per corrupted patch")
-    pretrain.add_argument("--corruption-rate", type=float, default=0.5,
+    pretrain.add_argument("--corruption-rate", type=_fraction, default=0.5,
                           help="mpp: fraction of patches corrupted")
-    pretrain.add_argument("--mask-ratio", type=float, default=0.75,
+    pretrain.add_argument("--mask-ratio", type=_fraction, default=0.75,
                           help="mae: fraction of patches dropped")
-    pretrain.add_argument("--decoder-dim", type=int, default=None, help="mae decoder width")
-    pretrain.add_argument("--decoder-depth", type=int, default=None, help="mae decoder blocks")
-    pretrain.add_argument("--decoder-heads", type=int, default=None, help="mae decoder heads")
+    pretrain.add_argument("--decoder-dim", type=_positive_int, default=None, help="mae decoder width")
+    pretrain.add_argument("--decoder-depth", type=_positive_int, default=None, help="mae decoder blocks")
+    pretrain.add_argument("--decoder-heads", type=_positive_int, default=None, help="mae decoder heads")
     _add_run_arguments(pretrain, epochs=10, batch_size=128, recipe="small",
                        output_dir="keras_vit_pretrain", distributed=False)
     pretrain.set_defaults(run=_pretrain)
@@ -605,10 +727,11 @@ def build_parser():
         description="Accuracy and loss of a saved model on a dataset split.",
     )
     evaluate.add_argument("--model", default="keras_vit_run/model.keras", help="a .keras file")
-    evaluate.add_argument("--dataset", default="fashion_mnist",
-                          help="'fashion_mnist', an image folder, or a TFDS name")
+    evaluate.add_argument("--dataset", default=None,
+                          help="'fashion_mnist', an image folder, or a TFDS name (default: the "
+                               "run's own, from run.json beside MODEL; else fashion_mnist)")
     evaluate.add_argument("--split", default="test", help="dataset split")
-    evaluate.add_argument("--batch-size", type=int, default=500, help="images per step")
+    evaluate.add_argument("--batch-size", type=_positive_int, default=500, help="images per step")
     evaluate.add_argument("--data-dir", default=None, help="TFDS data folder")
     evaluate.set_defaults(run=_evaluate)
 
@@ -631,14 +754,15 @@ def build_parser():
                         default="none", help="TFLite quantisation")
     export.add_argument("--output", default=None,
                         help="default: MODEL's folder, serving/NAME/ or model[_QUANT].tflite")
-    export.add_argument("--top-k", type=int, default=5,
+    export.add_argument("--top-k", type=_positive_int, default=5,
                         help="classes in the SavedModel's top-k outputs")
-    export.add_argument("--dataset", default="fashion_mnist",
-                        help="images to calibrate int8 and check the export with")
+    export.add_argument("--dataset", default=None,
+                        help="images to calibrate int8 and check the export with (default: "
+                             "the run's own, from run.json beside MODEL; else fashion_mnist)")
     export.add_argument("--data-dir", default=None, help="TFDS data folder")
-    export.add_argument("--calibration-images", type=int, default=256,
+    export.add_argument("--calibration-images", type=_positive_int, default=256,
                         help="training images that calibrate int8")
-    export.add_argument("--check-images", type=int, default=256, help="0: no check")
+    export.add_argument("--check-images", type=_non_negative_int, default=256, help="0: no check")
     export.add_argument("--overwrite", action="store_true",
                         help="replace an existing version directory / file")
     export.set_defaults(run=_export)
@@ -665,7 +789,7 @@ def build_parser():
     predict.add_argument("images", metavar="IMAGE", nargs="+", help="image files")
     predict.add_argument("--model", default="keras_vit_run/model.keras",
                          help="a .keras file, or a .tflite file from `keras-vit export`")
-    predict.add_argument("--top-k", type=int, default=3, help="classes shown per image")
+    predict.add_argument("--top-k", type=_positive_int, default=3, help="classes shown per image")
     _add_image_limit(predict)
     predict.set_defaults(run=_predict)
     return parser
@@ -706,7 +830,26 @@ def main(argv=None):
             simulate_cpu_devices(args.cpu_devices)
         except (ValueError, RuntimeError) as error:
             _fail(args.command, error)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print(_interrupted(args), file=sys.stderr)
+        return 130
+
+
+def _interrupted(args):
+    """The one line for Ctrl-C: where the run stands and how to go on."""
+    output_dir = getattr(args, "output_dir", None)
+    if output_dir is None:
+        return f"keras-vit {args.command}: interrupted."
+    from keras_vit.training.backup import latest_checkpoint
+
+    found = latest_checkpoint(os.path.join(output_dir, "backup"))
+    if found is None:
+        return (f"keras-vit {args.command}: interrupted before the first epoch ended; "
+                "nothing was kept.")
+    return (f"keras-vit {args.command}: interrupted after epoch {found[0]} (checkpoint in "
+            f"{found[1]}); run the same command again to resume.")
 
 
 if __name__ == "__main__":

@@ -452,7 +452,31 @@ def list_image_folder(directory, max_pixels=None, max_bytes=None):
     return paths, np.asarray(labels, "int64"), tuple(class_names), skipped
 
 
-def from_folder(directory, max_pixels=None, max_bytes=None, **kwargs):
+def held_out_split(labels, validation_split):
+    """`(training, validation)` index arrays: a fixed share of each class held out.
+
+    Deterministic (the same files for the same folder, whatever the training
+    seed), stratified, at least one image of each class held out.
+    """
+    if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
+            or not 0.0 < validation_split < 1.0:
+        raise ValueError(
+            "`validation_split` must be a fraction between 0 and 1. "
+            f"Received: validation_split={validation_split!r}"
+        )
+    rng = np.random.default_rng(0)
+    training, validation = [], []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        members = members[rng.permutation(len(members))]
+        count = min(max(1, round(len(members) * validation_split)), len(members) - 1)
+        validation.extend(members[:count])
+        training.extend(members[count:])
+    return np.sort(np.asarray(training, "int64")), np.sort(np.asarray(validation, "int64"))
+
+
+def from_folder(directory, max_pixels=None, max_bytes=None, validation_split=None, subset=None,
+                **kwargs):
     """A pipeline over an image folder: `directory/<class name>/<image>`.
 
     Class names are the sorted sub-folder names. Non-image files, and
@@ -465,6 +489,10 @@ def from_folder(directory, max_pixels=None, max_bytes=None, **kwargs):
     Args:
         directory: the folder.
         max_pixels, max_bytes: the image limits (default: the module's).
+        validation_split: optional fraction of each class held out
+            (`held_out_split`); then `subset` picks `"training"` (the rest)
+            or `"validation"` (the held-out images).
+        subset: `"training"` or `"validation"`, with `validation_split`.
         **kwargs: `make_pipeline` arguments.
 
     Returns:
@@ -474,6 +502,15 @@ def from_folder(directory, max_pixels=None, max_bytes=None, **kwargs):
 
     max_pixels, max_bytes = image_limits.resolve_limits(max_pixels, max_bytes)
     paths, labels, class_names, skipped = list_image_folder(directory, max_pixels, max_bytes)
+    if (validation_split is None) != (subset is None) or subset not in (None, "training",
+                                                                          "validation"):
+        raise ValueError(
+            "`validation_split` and `subset` ('training' or 'validation') go together. "
+            f"Received: validation_split={validation_split!r}, subset={subset!r}"
+        )
+    if validation_split is not None:
+        chosen = held_out_split(labels, validation_split)[subset == "validation"]
+        paths, labels = [paths[i] for i in chosen], labels[chosen]
     if skipped:
         logger.warning(
             "%s: skipped %s (limits: %s pixels, %s bytes).",
@@ -503,21 +540,16 @@ def from_folder(directory, max_pixels=None, max_bytes=None, **kwargs):
     return Dataset(data, class_names, len(paths))
 
 
-def from_tfds(name, split="train", data_dir=None, download=True, **kwargs):
-    """A pipeline over a TensorFlow Datasets dataset, by name.
+def _first_line(text, limit=300):
+    """The first line of a message, shortened at a word boundary."""
+    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0] + " ..."
 
-    Args:
-        name: TFDS name, e.g. `"cifar10"`, `"oxford_flowers102"`.
-        split: TFDS split, e.g. `"train"`, `"test[:10%]"`.
-        data_dir: where TFDS keeps its data (default `~/tensorflow_datasets`).
-        download: whether TFDS may download and prepare the data.
-        **kwargs: `make_pipeline` arguments.
 
-    Raises:
-        ValueError: unknown dataset name.
-        RuntimeError: the data is not prepared and cannot be downloaded,
-            saying how to prepare it.
-    """
+def check_tfds_name(name):
+    """Fails at once, without network, for a name TFDS does not know."""
     import tensorflow_datasets as tfds
 
     if name not in tfds.list_builders():
@@ -525,16 +557,47 @@ def from_tfds(name, split="train", data_dir=None, download=True, **kwargs):
             f"Unknown TFDS dataset {name!r}; see `tfds.list_builders()` (or "
             "pass an image folder or 'fashion_mnist')."
         )
+
+
+def from_tfds(name, split="train", data_dir=None, download=False, **kwargs):
+    """A pipeline over a TensorFlow Datasets dataset, by name.
+
+    Args:
+        name: TFDS name, e.g. `"cifar10"`, `"oxford_flowers102"`.
+        split: TFDS split, e.g. `"train"`, `"test[:10%]"`.
+        data_dir: where TFDS keeps its data (default `~/tensorflow_datasets`).
+        download: whether TFDS may download and prepare the data; without
+            it a dataset that is not prepared fails at once.
+        **kwargs: `make_pipeline` arguments.
+
+    Raises:
+        ValueError: unknown dataset name.
+        RuntimeError: the data is not prepared (and may not, or could not,
+            be downloaded), saying how to prepare it.
+    """
+    import tensorflow_datasets as tfds
+
+    check_tfds_name(name)
     try:
+        # Without download, TFDS reads what is prepared in data_dir or fails at once.
         dataset, info = tfds.load(
             name, split=split, data_dir=data_dir, download=download,
             as_supervised=True, with_info=True,
         )
     except Exception as error:
+        if not download:
+            raise RuntimeError(
+                f"TFDS dataset {name!r} ({split}) is not prepared in "
+                f"{data_dir or '~/tensorflow_datasets'}. Pass "
+                "`download=True` to download and prepare it there (needs internet), or "
+                f"prepare it on a machine with internet access (`tfds build {name} "
+                "--data_dir DIR`), copy DIR here and pass it as `data_dir`."
+            ) from error
         raise RuntimeError(
-            f"TFDS dataset {name!r} ({split}) is not prepared in "
-            f"{data_dir or '~/tensorflow_datasets'} and could not be downloaded "
-            f"({type(error).__name__}: {str(error)[:200]}). Prepare it on a "
+            f"TFDS dataset {name!r} ({split}) could not be read from "
+            f"{data_dir or '~/tensorflow_datasets'}"
+            + (" or downloaded" if download else "")
+            + f" ({type(error).__name__}: {_first_line(error)}). Prepare it on a "
             f"machine with internet access (`tfds build {name}`) and copy the "
             "data directory here, then pass it as `data_dir`."
         ) from error
@@ -544,21 +607,77 @@ def from_tfds(name, split="train", data_dir=None, download=True, **kwargs):
     return Dataset(data, class_names, size)
 
 
+def folder_layout(directory):
+    """What an image folder holds: `{"train", "test", "flat", "classes"}`.
+
+    `train` / `test`: the paths of its `train/` and `test/` sub-folders, or
+    None; `flat`: class folders at the top and neither of those;
+    `classes`: the names of the top-level sub-folders.
+    """
+    directory = os.fspath(directory)
+    folders = sorted(d for d in os.listdir(directory)
+                     if os.path.isdir(os.path.join(directory, d)) and not d.startswith("."))
+    found = {split: os.path.join(directory, split) if split in folders else None
+             for split in ("train", "test")}
+    return {**found, "flat": not any(found.values()) and bool(folders), "classes": folders}
+
+
+def folder_layout_error(directory, layout, split="test"):
+    """The message for a folder without the split a job needs: what was found, what is expected."""
+    if layout["train"] and not layout["test"]:
+        found = f"{directory!r} has train/ but no test/"
+    elif layout["test"] and not layout["train"]:
+        found = f"{directory!r} has test/ but no train/"
+    elif layout["flat"]:
+        found = (f"{directory!r} has class folders at the top "
+                 f"({', '.join(layout['classes'][:4])}{', ...' if len(layout['classes']) > 4 else ''}) "
+                 "and no train/ and test/")
+    else:
+        found = f"{directory!r} has no sub-folders"
+    return (f"{found}, so it has no {split} images. Expected {directory}/train/<class>/<images> "
+            f"and {directory}/test/<class>/<images>; or pass validation_split=0.1 to hold out "
+            "10% of the training images of each class for testing.")
+
+
 def load(source, split="train", **kwargs):
     """A pipeline from a source name: `"fashion_mnist"`, a folder, or TFDS.
 
-    A path to an existing folder is read with `from_folder` (`split` picks
-    `source/<split>` when such a sub-folder exists); `"fashion_mnist"`
+    A path to an existing folder is read with `from_folder`: `split` picks
+    `source/<split>` (a missing `test/` is an error that says what was
+    found, never the parent folder read as a split); a flat folder (class
+    folders at the top) gives all its images as `"train"`. With
+    `validation_split=F`, a share F of each class of the training images
+    is held out as `"test"` (the rest is `"train"`). `"fashion_mnist"`
     reads Debian's files; any other name goes to `from_tfds`.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise TypeError(f"`source` must be a str. Received: source={source!r}")
     source = os.fspath(source)
+    validation_split = kwargs.pop("validation_split", None)
+    # TFDS's own options: where its data is, whether it may download.
+    tfds_options = {k: kwargs.pop(k) for k in ("data_dir", "download") if k in kwargs}
+    if validation_split is not None and not os.path.isdir(source):
+        raise ValueError(
+            "`validation_split` holds out images of an image folder; "
+            f"{source!r} is not one (its own test split is used). "
+            f"Received: validation_split={validation_split!r}"
+        )
     if source == "fashion_mnist":
         return fashion_mnist(split, **kwargs)
     if os.path.isdir(source):
+        layout = folder_layout(source)
+        if validation_split is not None:
+            # Held out of the training images: train/ when there is one, else the folder.
+            return from_folder(layout["train"] or source, validation_split=validation_split,
+                               subset="validation" if split == "test" else "training", **kwargs)
+        if split in ("train", "test") and layout[split] is None:
+            if split == "train" and layout["flat"]:
+                return from_folder(source, **kwargs)  # a flat folder: all of it to train on
+            raise ValueError(folder_layout_error(source, layout, split))
         split_folder = os.path.join(source, split)
-        return from_folder(split_folder if os.path.isdir(split_folder) else source, **kwargs)
+        if not os.path.isdir(split_folder):
+            raise ValueError(folder_layout_error(source, layout, split))
+        return from_folder(split_folder, **kwargs)
     if os.sep in source or source.startswith("."):
         raise ValueError(f"Dataset folder {source!r} does not exist.")
-    return from_tfds(source, split, **kwargs)
+    return from_tfds(source, split, **tfds_options, **kwargs)

@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -73,6 +74,20 @@ def calibration_images(representative_data, image_shape, count=128):
     return images
 
 
+def _run_converter(tf, converter, quantization):
+    if quantization != "int8":
+        return converter.convert()
+    # The public way to quantise all but some op types.
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter,
+        debug_dataset=converter.representative_dataset,
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(
+            denylisted_ops=list(FLOAT_OPS)
+        ),
+    )
+    return debugger.get_nondebug_quantized_model()
+
+
 def _convert(model, quantization, calibration, allow_flex):
     import tensorflow as tf
 
@@ -98,17 +113,10 @@ def _convert(model, quantization, calibration, allow_flex):
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         converter.target_spec.supported_ops = ops
         try:
-            if quantization != "int8":
-                return converter.convert()
-            # The public way to quantise all but some op types.
-            debugger = tf.lite.experimental.QuantizationDebugger(
-                converter=converter,
-                debug_dataset=converter.representative_dataset,
-                debug_options=tf.lite.experimental.QuantizationDebugOptions(
-                    denylisted_ops=list(FLOAT_OPS)
-                ),
-            )
-            return debugger.get_nondebug_quantized_model()
+            with graph.native_output_captured(), warnings.catch_warnings():
+                # The quantisation debugger runs TensorFlow's own (deprecated) interpreter.
+                warnings.filterwarnings("ignore", message=r"[\s\S]*tf.lite.Interpreter is deprecated")
+                return _run_converter(tf, converter, quantization)
         except Exception as error:  # the converter raises its own ConverterError
             if "Select TF" in str(error) or "not supported" in str(error):
                 raise ValueError(
@@ -257,6 +265,7 @@ def tflite(
         # Written aside and renamed in: a failure never leaves half a file.
         with tempfile.NamedTemporaryFile(mode, dir=directory, delete=False, suffix=".partial") as f:
             f.write(data)
+        graph.apply_umask(f.name)
         os.replace(f.name, target)
     return {
         "path": path,

@@ -266,6 +266,7 @@ def saved_model(
     os.makedirs(model_dir, exist_ok=True)
     # Dot-prefixed: TF Serving ignores non-numeric names while it is written.
     staging = tempfile.mkdtemp(prefix=".keras_vit_partial_", dir=model_dir)
+    graph.apply_umask(staging)
     try:
         tf.saved_model.save(
             module, staging,

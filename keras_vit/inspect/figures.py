@@ -109,6 +109,8 @@ def embedding_filter_grid(filters, columns=7):
     figure, axes = _figure(rows, columns, size=0.8)
     for index, component in enumerate(filters):
         axes.ravel()[index].imshow(_display(component), cmap="gray" if component.shape[-1] == 1 else None)
+    for axis in axes.ravel()[len(filters):]:
+        axis.set_visible(False)  # a last row with fewer components: no empty frames
     figure.suptitle("patch embedding filters (principal components)")
     return figure
 

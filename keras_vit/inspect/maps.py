@@ -17,7 +17,16 @@ def token_layout(model):
     `prefix_tokens` counts the class / distillation / register tokens before
     the patches; the patch size is in input pixels (a convolutional stem's
     stride included).
+
+    Raises:
+        ValueError: `model` is not a ViT built by keras_vit.
     """
+    names = {layer.name for layer in getattr(model, "layers", ())}
+    if "position_embedding" not in names or not any(n.startswith("encoderblock_") for n in names):
+        raise ValueError(
+            f"{getattr(model, 'name', model)!r} is not a ViT built by keras_vit (it has no "
+            "position_embedding and encoderblock_N layers); the inspection reads those."
+        )
     grid = tuple(model.get_layer("position_embedding").grid_size)
     tokens = encoder_blocks(model)[0].input.shape[1]
     height, width = model.input_shape[1:3]

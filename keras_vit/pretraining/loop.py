@@ -13,12 +13,15 @@ import os
 import shutil
 import time
 
+from keras_vit.training.loop import cleans_up_failed_output_dir
+
 # MAE's decoder for the small models (its paper's is 512 wide, 8 deep,
 # 16 heads, for encoders of width 768 and more).
 SMALL_DECODER = dict(decoder_dim=64, decoder_depth=2, decoder_heads=4)
-OUTPUT_FILES = ("model.keras", "history.csv", "learning_curves.png", "metrics.json")
+OUTPUT_FILES = ("model.keras", "history.csv", "learning_curves.png", "metrics.json", "run.json")
 
 
+@cleans_up_failed_output_dir
 def pretrain(
     dataset="fashion_mnist",
     *,
@@ -34,6 +37,7 @@ def pretrain(
     output_dir="keras_vit_pretrain",
     seed=0,
     data_dir=None,
+    download=False,
     overwrite=False,
     gradient_accumulation_steps=None,
     deterministic=False,
@@ -53,7 +57,7 @@ def pretrain(
         model: `"small/4"` (a small ViT on 4x4 pixel patches) or a variant
             name (`"Ti/16"`, ...); models with a convolutional stem are refused.
         image_size, patch_size, epochs, batch_size, recipe, augmentation,
-            output_dir, seed, data_dir, overwrite,
+            output_dir, seed, data_dir, download, overwrite,
             gradient_accumulation_steps, deterministic, verbose, log: as
             `keras_vit.training.train`.
 
@@ -70,15 +74,19 @@ def pretrain(
     from keras_vit.training.loop import (
         SMALL_MODELS,
         _deterministic_kernels,
+        check_dataset_source,
         check_output_dir,
+        dataset_reference,
         fit_with_checkpoints,
         model_arguments,
         plot_history,
+        record_run,
     )
     from keras_vit.training.recipes import get_recipe
 
     start = time.perf_counter()
     # Every argument is checked before any data is read or model built.
+    recipe_name = recipe if isinstance(recipe, str) else repr(recipe)
     recipe = get_recipe(recipe)
     get_config(augmentation)
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
@@ -101,12 +109,21 @@ def pretrain(
     image_size = image_size or (28 if model in SMALL_MODELS else 224)
     if not isinstance(image_size, int) or image_size < 1 or image_size % arguments["patch_size"]:
         raise ValueError(
-            f"image_size {image_size!r} is not a positive multiple of the patch "
+            f"image_size={image_size!r} is not a positive multiple of the patch "
             f"size {arguments['patch_size']}."
         )
     channels = 1 if (dataset == "fashion_mnist" and model in SMALL_MODELS) else 3
+    check_dataset_source(dataset)
     os.makedirs(output_dir, exist_ok=True)
     resuming = check_output_dir(output_dir, overwrite)
+    record_run(output_dir, resuming, {
+        "job": "pretrain", "dataset": dataset_reference(dataset), "data_dir": data_dir,
+        "objective": objective.name if hasattr(objective, "name") else type(objective).__name__,
+        "objective_options": options, "model": model, "image_size": image_size,
+        "patch_size": patch_size, "batch_size": batch_size, "recipe": recipe_name,
+        "augmentation": augmentation, "seed": seed,
+        "gradient_accumulation_steps": gradient_accumulation_steps, "epochs": epochs,
+    })
 
     keras.utils.set_random_seed(seed)
     if deterministic:
@@ -114,6 +131,8 @@ def pretrain(
     common = dict(image_size=image_size, channels=channels, seed=seed)
     if data_dir is not None:
         common["data_dir"] = data_dir
+    if download:
+        common["download"] = True
     train_data = vit_data.load(
         dataset, "train", training=True,
         crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0), flip=True,
@@ -121,7 +140,10 @@ def pretrain(
     )
     steps_per_epoch = (train_data.size or 0) // batch_size
     if not steps_per_epoch:
-        raise ValueError(f"Dataset {dataset!r} has fewer than batch_size={batch_size} images.")
+        raise ValueError(
+            f"Dataset {dataset!r} has {train_data.size or 0} training images, fewer than one "
+            f"batch of batch_size={batch_size}; use a smaller `batch_size`."
+        )
     encoder = keras_vit.VisionTransformer(
         **{**arguments, "pooling": None}, include_top=False,
         input_shape=(image_size, image_size, channels),

@@ -37,7 +37,7 @@ SMALL_PATCH_MODEL = dict(
 SMALL_MODELS = {"small": SMALL_MODEL, "small/4": SMALL_PATCH_MODEL}
 
 OUTPUT_FILES = ("model.keras", "class_names.json", "history.csv",
-                "learning_curves.png", "metrics.json")
+                "learning_curves.png", "metrics.json", "run.json")
 
 
 def model_arguments(model, patch_size=None):
@@ -84,6 +84,39 @@ def checkpoint_architecture(weights):
     return infer_architecture(path, read_tensors(path))[1]
 
 
+def cleans_up_failed_output_dir(job):
+    """Decorates a job: a run that fails before its first checkpoint leaves no folder behind.
+
+    When the job created `output_dir` (it did not exist before the call) and
+    raises (bad data, divergence, Ctrl-C) before a complete checkpoint is in
+    `output_dir/backup`, the folder is removed; otherwise it is kept, so the
+    same command resumes.
+    """
+    import functools
+    import inspect
+
+    signature = inspect.signature(job)
+
+    @functools.wraps(job)
+    def run(*args, **kwargs):
+        from keras_vit.training.backup import latest_checkpoint
+
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        output_dir = os.fspath(bound.arguments["output_dir"])
+        existed = os.path.exists(output_dir)
+        try:
+            return job(*args, **kwargs)
+        except BaseException:
+            if not existed and os.path.isdir(output_dir) and (
+                latest_checkpoint(os.path.join(output_dir, "backup")) is None
+            ):
+                shutil.rmtree(output_dir, ignore_errors=True)
+            raise
+
+    return run
+
+
 def check_output_dir(output_dir, overwrite):
     """Refuses to replace a finished run unless `overwrite`; `True` if resuming."""
     backup = os.path.join(output_dir, "backup")
@@ -118,6 +151,18 @@ def _deterministic_kernels():
     # JAX: XLA's CPU kernels are deterministic already.
 
 
+def _epoch_csv_logger():
+    import keras
+
+    class EpochCSVLogger(keras.callbacks.CSVLogger):
+        """Keras' CSVLogger with epochs counted from 1, as `model.fit` prints them."""
+
+        def on_epoch_end(self, epoch, logs=None):
+            super().on_epoch_end(epoch + 1, logs)
+
+    return EpochCSVLogger
+
+
 def _truncate_history(csv_path, epochs_done):
     """Keeps the rows of `history.csv` of the epochs a checkpoint holds."""
     import csv
@@ -128,7 +173,7 @@ def _truncate_history(csv_path, epochs_done):
         rows = list(csv.reader(f))
     if not rows:
         return
-    kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) < epochs_done]
+    kept = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= epochs_done]
     with open(csv_path, "w", newline="") as f:
         csv.writer(f).writerows(kept)
 
@@ -146,7 +191,9 @@ def plot_history(csv_path, png_path):
         rows = list(csv.DictReader(f))
     if not rows:
         return None
-    epochs = [int(r["epoch"]) + 1 for r in rows]
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [int(r["epoch"]) for r in rows]  # counted from 1, as the run printed them
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.5))
 
     def number(text):
@@ -165,6 +212,11 @@ def plot_history(csv_path, png_path):
             if points:
                 axis.plot(*zip(*points), "o-", label=label)
         axis.set_xlabel("epoch")
+        if max(epochs) - min(epochs) < 20:
+            axis.set_xticks(range(min(epochs), max(epochs) + 1))
+        else:
+            axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
         axis.set_title(metric)
         axis.grid(alpha=0.3)
         axis.legend()
@@ -180,7 +232,7 @@ def fit_with_checkpoints(
 ):
     """`model.fit` that survives kills and stops on a diverged loss.
 
-    Writes `history.csv` (one row per epoch) and `backup/` (`CrashSafeBackup`)
+    Writes `history.csv` (one row per epoch, counted from 1) and `backup/` (`CrashSafeBackup`)
     into `output_dir`; when `resuming`, restarts from the newest complete
     checkpoint there, keeps the history rows of the epochs it holds, and
     replays the finished epochs' shuffles of `data` so the next epoch sees
@@ -203,11 +255,12 @@ def fit_with_checkpoints(
         os.remove(history_csv)
     backup_dir = os.path.join(output_dir, "backup")
     guard = StopOnNonFiniteLoss()
+    EpochCSVLogger = _epoch_csv_logger()
     # The history row of an epoch is written before its checkpoint: a kill
     # in between leaves a row that the resumed run drops and writes again.
     callbacks = [
         guard,
-        keras.callbacks.CSVLogger(history_csv, append=True),
+        EpochCSVLogger(history_csv, append=True),
         CrashSafeBackup(backup_dir),
     ]
     resumed = latest_checkpoint(backup_dir) if resuming else None
@@ -250,6 +303,100 @@ def fit_with_checkpoints(
     return history, fit_seconds
 
 
+RUN_FILE = "run.json"
+# Settings a run can be resumed with other values of.
+_MAY_CHANGE = ("epochs",)
+
+
+def _reference(path):
+    return os.path.abspath(os.fspath(path)) if path is not None and os.path.exists(
+        os.fspath(path)) else path
+
+
+def dataset_reference(dataset):
+    """How a run records its dataset: a folder by its absolute path, a name as it is."""
+    return _reference(dataset)
+
+
+def check_dataset_source(dataset):
+    """Refuses at once a dataset that is no folder, no TFDS name, not Fashion-MNIST."""
+    if dataset == "fashion_mnist" or os.path.isdir(str(dataset)):
+        return
+    if os.sep in str(dataset) or str(dataset).startswith("."):
+        raise ValueError(f"Dataset folder {dataset!r} does not exist.")
+    from keras_vit.data.pipelines import check_tfds_name
+
+    try:
+        check_tfds_name(dataset)
+    except ValueError:
+        raise ValueError(
+            f"Unknown dataset {dataset!r}: not 'fashion_mnist', not a folder, "
+            "and not a TFDS name (see `tfds.list_builders()`)."
+        ) from None
+
+
+def check_data_layout(dataset, validation_split):
+    """Refuses, before any data is read, a folder without test images and no held-out split."""
+    from keras_vit import data as vit_data
+
+    folder = os.path.isdir(str(dataset)) and dataset != "fashion_mnist"
+    if validation_split is not None:
+        vit_data.held_out_split(np.zeros(2), validation_split)  # the value, checked
+        if not folder:
+            raise ValueError(
+                "`validation_split` holds out images of an image folder; "
+                f"{dataset!r} is not one. Received: validation_split={validation_split!r}"
+            )
+        return
+    if folder:
+        layout = vit_data.folder_layout(dataset)
+        if layout["test"] is None or layout["train"] is None and not layout["flat"]:
+            raise ValueError(vit_data.pipelines.folder_layout_error(dataset, layout))
+
+
+def read_run(output_dir):
+    """The settings recorded in `output_dir/run.json`, or None."""
+    path = os.path.join(output_dir, RUN_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def record_run(output_dir, resuming, settings):
+    """Writes the run's settings; a resumed run must have the recorded ones.
+
+    Raises:
+        ValueError: resuming with other settings (more epochs are allowed),
+            naming each difference, before anything is loaded.
+    """
+    from keras_vit.training.backup import replace_atomically
+
+    settings = json.loads(json.dumps(settings))  # tuples as lists, as read back
+    recorded = read_run(output_dir) if resuming else None
+    if recorded is not None:
+        changed = [key for key in sorted(set(settings) | set(recorded))
+                   if key not in _MAY_CHANGE and settings.get(key) != recorded.get(key)]
+        if recorded.get("epochs") is not None and settings.get("epochs", 0) < recorded["epochs"]:
+            changed.append("epochs")
+        if changed:
+            differences = ", ".join(
+                f"{key}={settings.get(key)!r} (the run has {recorded.get(key)!r})" for key in changed
+            )
+            raise ValueError(
+                f"{output_dir!r} holds an unfinished run with other settings: {differences}. "
+                "Resume it with its own settings (epochs may grow), start it over with "
+                "overwrite=True, or choose another output folder."
+            )
+
+    def write(path):
+        with open(path, "w") as f:
+            json.dump(settings, f, indent=2)
+
+    replace_atomically(os.path.join(output_dir, RUN_FILE), write)
+
+
+@cleans_up_failed_output_dir
 def train(
     dataset="fashion_mnist",
     *,
@@ -270,6 +417,8 @@ def train(
     gradient_accumulation_steps=None,
     validate_every=None,
     deterministic=False,
+    validation_split=None,
+    download=False,
     verbose=2,
     log=print,
 ):
@@ -283,8 +432,9 @@ def train(
 
     Args:
         dataset: `"fashion_mnist"`, an image folder (with `train/` and
-            `test/` sub-folders, or one folder used for training only), or a
-            TFDS name.
+            `test/` sub-folders of one folder per class; or, with
+            `validation_split`, `train/` alone or the class folders at the
+            top), or a TFDS name.
         model: `"small"` or a variant name (`"Ti/16"`, ...).
         image_size: int; defaults to the data's (28 for Fashion-MNIST) for
             `"small"`, 224 for variants.
@@ -312,6 +462,11 @@ def train(
         deterministic: bool, make TensorFlow's (and torch's) kernels
             deterministic too, so that a run killed and resumed any number
             of times ends with the weights of an uninterrupted one.
+        validation_split: for an image folder without `test/`: the share of
+            each class's training images held out as the test images
+            (`keras_vit.data.held_out_split`, the same files every time).
+        download: let TFDS download and prepare a dataset that is not
+            prepared in `data_dir` (without it, such a dataset fails at once).
         verbose: Keras progress verbosity.
         log: function that prints a line.
 
@@ -329,6 +484,7 @@ def train(
 
     start = time.perf_counter()
     # Every argument is checked before any data is read or model built.
+    recipe_name = recipe if isinstance(recipe, str) else repr(recipe)
     recipe = get_recipe(recipe)
     get_config(augmentation)
     for name, value in (("epochs", epochs), ("batch_size", batch_size)):
@@ -366,17 +522,9 @@ def train(
         what = f"the patch size {patch}"
         if stride > 1:
             what = f"{patch} (patch size {arguments['patch_size']} x stem stride {stride})"
-        raise ValueError(f"image_size {image_size!r} is not a positive multiple of {what}.")
-    if dataset != "fashion_mnist" and not os.path.isdir(str(dataset)):
-        if os.sep in str(dataset) or str(dataset).startswith("."):
-            raise ValueError(f"Dataset folder {dataset!r} does not exist.")
-        import tensorflow_datasets as tfds
-
-        if dataset not in tfds.list_builders():
-            raise ValueError(
-                f"Unknown dataset {dataset!r}: not 'fashion_mnist', not a folder, "
-                "and not a TFDS name (see `tfds.list_builders()`)."
-            )
+        raise ValueError(f"image_size={image_size!r} is not a positive multiple of {what}.")
+    check_dataset_source(dataset)
+    check_data_layout(dataset, validation_split)
     # Before any TensorFlow computation: MultiWorkerMirroredStrategy must
     # be created first in the process.
     plan = distribute_engine(
@@ -387,6 +535,15 @@ def train(
         output_dir = os.path.join(output_dir, "workers", str(plan.worker_index))
     os.makedirs(output_dir, exist_ok=True)
     resuming = check_output_dir(output_dir, overwrite)
+    record_run(output_dir, resuming, {
+        "job": "train", "dataset": dataset_reference(dataset), "data_dir": data_dir,
+        "validation_split": validation_split,
+        "model": None if weights is not None else model, "weights": _reference(weights),
+        "image_size": image_size, "patch_size": patch_size, "batch_size": batch_size,
+        "recipe": recipe_name, "augmentation": augmentation, "seed": seed,
+        "distribute": distribute, "gradient_accumulation_steps": gradient_accumulation_steps,
+        "epochs": epochs,
+    })
 
     keras.utils.set_random_seed(seed)
     if deterministic:
@@ -394,6 +551,10 @@ def train(
     common = dict(image_size=image_size, channels=channels, seed=seed)
     if data_dir is not None:
         common["data_dir"] = data_dir
+    if download:
+        common["download"] = True
+    if validation_split is not None:
+        common["validation_split"] = validation_split
     small_images = dataset == "fashion_mnist"
 
     def training_data(batch, shard):
@@ -410,7 +571,9 @@ def train(
     try:
         test_data = vit_data.load(dataset, "test", batch_size=batch_size, **common)
     except (ValueError, RuntimeError):
-        test_data = None  # a folder without a test split
+        if os.path.isdir(str(dataset)):
+            raise  # a folder's layout was checked above: this is a real error
+        test_data = None  # a TFDS dataset without a test split
     log(
         f"data: {dataset} ({train_data.size or '?'} training images, "
         f"{train_data.num_classes} classes) at {image_size}x{image_size}x{channels}"
@@ -432,7 +595,10 @@ def train(
     )
     steps_per_epoch = (train_data.size or 0) // batch_size or None
     if steps_per_epoch is None:
-        raise ValueError(f"Dataset {dataset!r} has fewer than batch_size={batch_size} images.")
+        raise ValueError(
+            f"Dataset {dataset!r} has {train_data.size or 0} training images, fewer than one "
+            f"batch of batch_size={batch_size}; use a smaller `batch_size`."
+        )
     with plan.scope():
         if weights is not None:
             from keras_vit.weights import from_checkpoint
@@ -461,10 +627,12 @@ def train(
         if test_data is not None:
             logs = history.history
             if epochs % validation_freq == 0 and history.epoch and history.epoch[-1] == epochs - 1:
-                loss, accuracy = logs["val_loss"][-1], logs["val_accuracy"][-1]  # the final model's
+                results = {k[len("val_"):]: v[-1] for k, v in logs.items()
+                           if k.startswith("val_")}  # the final model's
             else:
-                loss, accuracy = network.evaluate(test_data.data, verbose=verbose)
-            metrics = {"test_loss": float(loss), "test_accuracy": float(accuracy)}
+                results = network.evaluate(test_data.data, verbose=verbose, return_dict=True)
+            # `loss` includes the recipe's label smoothing; `cross_entropy` does not.
+            metrics = {f"test_{name}": float(value) for name, value in results.items()}
     paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
     replace_atomically(paths["model.keras"], network.save)
     with open(paths["class_names.json"], "w") as f:

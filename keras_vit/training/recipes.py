@@ -221,6 +221,22 @@ class Recipe:
     drop_path_rate: float = 0.0
     beta_2: float = 0.999
 
+    def __str__(self):
+        """One readable line, e.g. for a training log."""
+        optimizer = ("AdamW" if self.optimizer == "adamw" else "SGD with momentum 0.9")
+        parts = [
+            f"{optimizer}, learning rate {self.learning_rate:g} "
+            f"({self.warmup_fraction:.0%} warm-up, then {self.decay} decay)",
+        ]
+        if self.weight_decay:
+            parts.append(f"weight decay {self.weight_decay:g}")
+        if self.clipnorm:
+            parts.append(f"gradient clip {self.clipnorm:g}")
+        for name in ("label_smoothing", "dropout_rate", "drop_path_rate"):
+            if getattr(self, name):
+                parts.append(f"{name.replace('_rate', '').replace('_', ' ')} {getattr(self, name):g}")
+        return ", ".join(parts)
+
     def make_optimizer(self, model, total_steps, gradient_accumulation_steps=None):
         """The optimizer for `total_steps` optimizer updates of `model`."""
         schedule = WarmupDecay(
@@ -258,7 +274,12 @@ class Recipe:
             kwargs["loss"] = keras.losses.CategoricalCrossentropy(
                 from_logits=True, label_smoothing=self.label_smoothing
             )
-            kwargs.setdefault("metrics", [keras.metrics.CategoricalAccuracy(name="accuracy")])
+            # The cross-entropy without label smoothing: the test loss every
+            # command reports, the same quantity as `keras-vit evaluate`'s.
+            kwargs.setdefault("metrics", [
+                keras.metrics.CategoricalAccuracy(name="accuracy"),
+                keras.metrics.CategoricalCrossentropy(from_logits=True, name="cross_entropy"),
+            ])
         model.compile(
             optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
             **kwargs,

@@ -245,7 +245,7 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(tmp_path):
         assert worker.returncode == 0, f"worker {index}:\n{log[-3000:]}"
         assert f"worker {index + 1} of 2" in log and "2 replicas" in log
     chief, other = out, os.path.join(out, "workers", "1")
-    assert history_epochs(chief) == history_epochs(other) == [0, 1]
+    assert history_epochs(chief) == history_epochs(other) == [1, 2]
     models = [keras.models.load_model(os.path.join(d, "model.keras")) for d in (chief, other)]
     for a, b in zip(*(m.get_weights() for m in models)):
         np.testing.assert_allclose(a, b, atol=1e-6)

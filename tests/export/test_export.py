@@ -226,7 +226,7 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
 
     for arguments, message in (
         (["--quantize", "int8"], "--quantize applies to --format tflite only"),
-        (["--format", "tflite", "--quantize", "dynamic"], "exists; pass `overwrite=True`"),
+        (["--format", "tflite", "--quantize", "dynamic"], "exists; pass --overwrite"),
     ):
         with pytest.raises(SystemExit, match=message):
             main(["export", model, "--check-images", "0"] + arguments)

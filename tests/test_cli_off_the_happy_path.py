@@ -1,0 +1,305 @@
+"""`keras-vit` one step off the happy path: layouts checked first, runs that remember
+themselves, interruptions, and messages that name the real cause."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit.cli import _cli_message, main
+from keras_vit.training.loop import record_run
+from tests.conftest import BACKEND, TINY
+from tests.test_console import console_environment
+from tests.training.test_train_command import write_dataset
+
+TRAIN = ["--image-size", "16", "--batch-size", "8", "--epochs", "1"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A train/test folder, a train/-only folder and a flat folder (class folders at the top)."""
+    root = tmp_path_factory.mktemp("folders")
+    split = write_dataset(root / "split", per_class=16)
+    shutil.copytree(os.path.join(split, "train"), root / "train_only" / "train")
+    shutil.copytree(os.path.join(split, "train"), root / "flat")
+    return {"split": split, "train_only": str(root / "train_only"), "flat": str(root / "flat")}
+
+
+@pytest.fixture(scope="module")
+def held_out_run(folders, tmp_path_factory):
+    """A run trained on the flat folder with a held-out split."""
+    out = str(tmp_path_factory.mktemp("runs") / "held_out")
+    assert main(["train", "--dataset", folders["flat"], "--validation-split", "0.25",
+                 "--output-dir", out, *TRAIN]) == 0
+    return out
+
+
+@pytest.mark.parametrize("layout, found", [
+    ("train_only", "has train/ but no test/"),
+    ("flat", r"has class folders at the top \(dark, light\) and no train/ and test/"),
+])
+def test_a_folder_without_test_images_is_refused_before_training(folders, tmp_path, layout, found):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match=rf"{found}, so it has no test images\. Expected .*"
+                                         r"/train/<class>/<images> .* --validation-split 0\.1"):
+        main(["train", "--dataset", folders[layout], "--output-dir", str(out), *TRAIN])
+    assert not out.exists()  # refused before any folder was made
+
+
+def test_a_held_out_split_is_fixed_stratified_and_disjoint(folders, held_out_run):
+    labels = np.repeat([0, 1, 2], [10, 20, 5])
+    training, validation = keras_vit.data.held_out_split(labels, 0.2)
+    again = keras_vit.data.held_out_split(labels, 0.2)
+    assert np.array_equal(training, again[0]) and np.array_equal(validation, again[1])
+    assert not set(training) & set(validation) and len(training) + len(validation) == 35
+    assert np.bincount(labels[validation]).tolist() == [2, 4, 1]
+    with open(os.path.join(held_out_run, "run.json")) as f:
+        recorded = json.load(f)
+    assert recorded["validation_split"] == 0.25 and recorded["dataset"] == folders["flat"]
+    metrics = json.load(open(os.path.join(held_out_run, "metrics.json")))
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+
+
+def test_evaluate_and_export_use_the_runs_own_data_by_default(folders, held_out_run, capsys):
+    model = os.path.join(held_out_run, "model.keras")
+    assert main(["evaluate", "--model", model]) == 0
+    printed = capsys.readouterr().out
+    # The 8 held-out images of the 32 (4 of each class), not Fashion-MNIST's 10,000.
+    assert re.search(rf"{re.escape(folders['flat'])} test: accuracy [0-9.]+, cross-entropy "
+                     r"[0-9.]+ \(8 images\)", printed), printed
+    metrics = json.load(open(os.path.join(held_out_run, "metrics.json")))
+    reported = float(re.search(r"cross-entropy ([0-9.]+)", printed)[1])
+    assert reported == pytest.approx(metrics["test_cross_entropy"], abs=1e-4)
+    assert main(["export", model, "--format", "tflite", "--quantize", "int8",
+                 "--calibration-images", "8", "--check-images", "8", "--overwrite"]) == 0
+    printed = capsys.readouterr().out
+    assert f"on 8 {folders['flat']} images" in printed
+
+
+def test_evaluate_reports_the_same_cross_entropy_for_a_softmax_head_on_every_backend(
+        folders, tmp_path, capsys):
+    model = keras_vit.VisionTransformer(**{**TINY, "classes": 2}, seed=0)  # softmax head
+    model.save(tmp_path / "model.keras")
+    assert main(["evaluate", "--model", str(tmp_path / "model.keras"),
+                 "--dataset", folders["split"]]) == 0
+    reported = float(re.search(r"cross-entropy ([0-9.]+)", capsys.readouterr().out)[1])
+    test = keras_vit.data.load(folders["split"], "test", image_size=16, batch_size=64)
+    images, labels = next(iter(test.data))
+    probabilities = keras.ops.convert_to_numpy(model(images.numpy()))
+    expected = -np.mean(np.sum(labels.numpy() * np.log(probabilities), axis=-1))
+    assert reported == pytest.approx(expected, abs=2e-4)  # no softmax applied twice
+
+
+def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path):
+    settings = {"model": "small", "batch_size": 8, "recipe": "small", "epochs": 3}
+    record_run(str(tmp_path), False, settings)
+    record_run(str(tmp_path), True, {**settings, "epochs": 5})  # more epochs: allowed
+    with pytest.raises(ValueError) as error:
+        record_run(str(tmp_path), True, {**settings, "model": "Ti/16", "batch_size": 16,
+                                         "epochs": 5})
+    message = _cli_message(str(error.value))
+    assert "--model 'Ti/16' (the run has 'small')" in message
+    assert "--batch-size 16 (the run has 8)" in message
+    assert "--overwrite" in message and len(message.splitlines()) == 1
+    with pytest.raises(ValueError, match="epochs=2 \\(the run has 5\\)"):
+        record_run(str(tmp_path), True, {**settings, "epochs": 2})
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "keras_vit_launcher", "train", "--dataset", folders["split"],
+               "--image-size", "16", "--batch-size", "8", "--epochs", "40",
+               "--output-dir", str(out)]
+    process = subprocess.Popen(command, env=console_environment(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (out / "backup" / "epoch-000002").is_dir() and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.fullmatch(
+        r"keras-vit train: interrupted after epoch \d+ \(checkpoint in .*\); run the same "
+        r"command again to resume\.", lines[0]), stderr
+    # Other settings: refused in one line, before anything is loaded.
+    changed = [*command[:command.index("--batch-size")], "--batch-size", "4",
+               *command[command.index("--batch-size") + 2:]]
+    done = subprocess.run(changed, env=console_environment(), capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "--batch-size 4 (the run has 8)" in done.stderr
+
+
+def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match=r"fewer than one batch of --batch-size 512; use a "
+                                         r"smaller --batch-size"):
+        main(["train", "--dataset", folders["split"], "--image-size", "16", "--batch-size",
+              "512", "--output-dir", str(out)])
+    assert not out.exists()
+    for option, value in (("--image-size", "0"), ("--epochs", "-1"), ("--batch-size", "x"),
+                          ("--validation-split", "1.5")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["train", "--output-dir", str(out), option, value])
+        assert exit_.value.code == 2
+        assert f"argument {option}: must be" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
+    text = tmp_path / "notes.keras"
+    text.write_text("not a model")
+    real = tmp_path / "real.keras"
+    keras_vit.VisionTransformer(**TINY).save(real)
+    truncated = tmp_path / "truncated.keras"
+    truncated.write_bytes(real.read_bytes()[:2000])
+    no_config = tmp_path / "no_config.keras"
+    with zipfile.ZipFile(no_config, "w") as archive:
+        archive.writestr("metadata.json", "{}")
+    encoder = tmp_path / "encoder.keras"
+    keras_vit.VisionTransformer(**{**TINY, "include_top": False, "pooling": None}).save(encoder)
+    cnn = tmp_path / "cnn.keras"
+    keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(2, 3),
+                      keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)]).save(cnn)
+    image = tmp_path / "image.png"
+    image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
+    cases = [
+        (["predict", str(image), "--model", str(text)], f"{text} is not a .keras model file: it is not a zip archive"),
+        (["evaluate", "--model", str(truncated)], f"{truncated} is not a .keras model file"),
+        (["export", str(no_config)], f"{no_config} is a zip archive without config.json"),
+        (["predict", str(image), "--model", str(encoder)],
+         rf"{encoder} is not an image classifier .* keras-vit finetune {encoder}"),
+        (["inspect", str(cnn), str(image)], rf"{cnn}: .* is not a ViT built by keras_vit"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(SystemExit) as exit_:
+            main(arguments)
+        shown = str(exit_.value.code)
+        assert re.search(message, shown), (arguments, shown)
+        assert len(shown.splitlines()) == 1 and "Traceback" not in shown
+
+
+def test_an_unprepared_tfds_dataset_is_refused_at_once_naming_download(tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "tfds"),
+              "--output-dir", str(tmp_path / "run")])
+    assert time.perf_counter() - start < 10
+    message = str(exit_.value.code)
+    assert "'cifar10' (train) is not prepared in" in message and "--download" in message
+    assert "--data-dir" in message and "data_dir" not in message.replace("--data_dir", "")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_messages_use_the_options_names():
+    assert _cli_message("Dataset 'x' has 3 training images, fewer than one batch of "
+                        "batch_size=8; use a smaller `batch_size`.") == (
+        "Dataset 'x' has 3 training images, fewer than one batch of --batch-size 8; "
+        "use a smaller --batch-size.")
+    assert _cli_message("pass `overwrite=True` (`--overwrite`) to replace it, or another "
+                        "`version`.") == "pass --overwrite to replace it, or another --output " \
+                                         "version folder."
+    assert _cli_message("`data_dir` and `gradient_accumulation_steps=2`") == \
+        "--data-dir and --accumulate 2"
+
+
+@pytest.mark.skipif(BACKEND == "torch", reason="exported through a TensorFlow child process; "
+                    "the files are written the same way (tests/export)")
+def test_exports_get_the_umasks_permissions(tmp_path):
+    old = os.umask(0o022)
+    try:
+        model = keras_vit.VisionTransformer(**TINY)
+        version = keras_vit.export.saved_model(model, str(tmp_path / "serving"), warmup=False)
+        result = keras_vit.export.tflite(model, str(tmp_path / "vit.tflite"))
+    finally:
+        os.umask(old)
+    modes = {}
+    for root, folders, files in os.walk(version):
+        for name in folders + files:
+            modes[os.path.join(root, name)] = stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode)
+    modes[version] = stat.S_IMODE(os.stat(version).st_mode)
+    for path in (result["path"], str(tmp_path / "vit.json")):
+        modes[path] = stat.S_IMODE(os.stat(path).st_mode)
+    for path, mode in modes.items():
+        assert mode == (0o755 if os.path.isdir(path) else 0o644), (path, oct(mode))
+
+
+def test_int8_export_prints_only_the_packages_own_lines(tmp_path):
+    code = (
+        "import numpy as np, keras_vit\n"
+        f"model = keras_vit.VisionTransformer(**{TINY!r})\n"
+        "images = np.random.default_rng(0).uniform(0, 255, (8, 16, 16, 3)).astype('float32')\n"
+        f"keras_vit.export.tflite(model, {str(tmp_path / 'm.tflite')!r}, quantization='int8',\n"
+        "                         representative_data=images)\n"
+        "print('exported')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**console_environment(), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    assert "fully_quantize" not in output and "tf.lite.Interpreter is deprecated" not in output
+
+
+def test_recipes_read_as_one_line():
+    small = str(keras_vit.training.RECIPES["small"])
+    assert small == ("AdamW, learning rate 0.002 (10% warm-up, then cosine decay), weight "
+                     "decay 0.05, gradient clip 1, label smoothing 0.1")
+    assert "Recipe(" not in str(keras_vit.training.RECIPES["finetune"])
+
+
+def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys):
+    from keras_vit.inspect import figures
+
+    stem = keras_vit.VisionTransformer(**{**TINY, "patch_size": 1}, stem_filters=(8, 8),
+                                       stem_strides=(2, 2))
+    stem.save(tmp_path / "stem.keras")
+    image = tmp_path / "image.png"
+    image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
+    assert main(["inspect", str(tmp_path / "stem.keras"), str(image),
+                 "--out", str(tmp_path / "figures")]) == 0
+    assert re.search(r"embedding_filters +skipped: the model has a convolutional stem",
+                     capsys.readouterr().out)
+    figure = figures.embedding_filter_grid(np.zeros((9, 4, 4, 3)), columns=7)
+    visible = [axis for axis in figure.axes if axis.get_visible()]
+    assert len(visible) == 9  # two rows of 7 frames, the last 5 hidden
+    figures.save(figure, os.devnull)
+
+
+def test_learning_curves_count_epochs_like_the_history(tmp_path):
+    from matplotlib import image as mpimg  # noqa: F401 (matplotlib present)
+
+    from keras_vit.training import loop
+
+    csv_path = tmp_path / "history.csv"
+    csv_path.write_text("epoch,accuracy,loss,val_accuracy,val_loss\n1,0.5,1.0,0.6,0.9\n")
+    captured = {}
+    import matplotlib.figure
+
+    original = matplotlib.figure.Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        captured["axes"] = self.axes
+        return original(self, *args, **kwargs)
+
+    matplotlib.figure.Figure.savefig = keep
+    try:
+        loop.plot_history(str(csv_path), str(tmp_path / "curves.png"))
+    finally:
+        matplotlib.figure.Figure.savefig = original
+    axis = captured["axes"][0]
+    assert axis.get_xlim() == (0.5, 1.5)
+    assert [tick for tick in axis.get_xticks() if 0.5 <= tick <= 1.5] == [1.0]
