@@ -27,6 +27,7 @@ from keras_vit.inspect.maps import (
     patch_distances,
     position_similarity,
     token_layout,
+    uniform_attention_distance,
 )
 
 
@@ -52,6 +53,7 @@ def write_figures(model, images, out_dir, titles=None):
         "attention_distance": attention_distance_plot(
             mean_attention_distance(attention, grid, patch, prefix),
             image_size=tuple(model.input_shape[1:3]), patch_size=patch,
+            uniform=uniform_attention_distance(grid, patch),
         ),
         "position_similarity": position_similarity_grid(position_similarity(model)),
     }

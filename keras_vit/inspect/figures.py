@@ -28,13 +28,14 @@ def _display(image):
 
 def rollout_overlay(images, rollouts, titles=None):
     """Each image beside its attention rollout, upsampled and laid over it."""
-    import tensorflow as tf
+    import keras
 
     figure, axes = _figure(len(images), 2, size=2.5)
     for row, (image, rollout) in enumerate(zip(images, rollouts)):
         shown = _display(image)
-        heat = tf.image.resize(np.asarray(rollout, "float32")[..., None], shown.shape[:2],
-                               method="bilinear").numpy()[..., 0]
+        heat = keras.ops.convert_to_numpy(keras.ops.image.resize(
+            np.asarray(rollout, "float32")[..., None], shown.shape[:2], interpolation="bilinear",
+        ))[..., 0]
         cmap = "gray" if shown.ndim == 2 else None
         axes[row, 0].imshow(shown, cmap=cmap)
         axes[row, 1].imshow(shown, cmap=cmap)
@@ -46,7 +47,7 @@ def rollout_overlay(images, rollouts, titles=None):
     return figure
 
 
-def attention_distance_plot(distances, image_size=None, patch_size=None):
+def attention_distance_plot(distances, image_size=None, patch_size=None, uniform=None):
     """Mean attention distance of every head against depth (paper Fig. 7, right).
 
     One colour per head (the same head index keeps its colour from layer
@@ -57,6 +58,8 @@ def attention_distance_plot(distances, image_size=None, patch_size=None):
         distances: `(layers, heads)` array in pixels.
         image_size: optional `(height, width)` of the input, named on the axis.
         patch_size: optional `(height, width)` of a patch, named in the title.
+        uniform: optional distance of uniform attention over the grid,
+            drawn as a dashed reference line (heads near it attend globally).
     """
     import matplotlib
 
@@ -77,7 +80,11 @@ def attention_distance_plot(distances, image_size=None, patch_size=None):
     else:
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlim(0.5, layers + 0.5)
-    axis.set_ylim(bottom=0)
+    top = max(float(distances.max()), uniform or 0.0)
+    axis.set_ylim(0, top * 1.1)
+    if uniform is not None:
+        axis.axhline(uniform, color="0.4", linestyle="--", linewidth=1, zorder=1,
+                     label="uniform attention")
     axis.grid(True, alpha=0.3, zorder=0)
     axis.set_xlabel("network depth (layer)")
     unit = ("pixels" if image_size is None

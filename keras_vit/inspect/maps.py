@@ -165,6 +165,11 @@ def mean_attention_distance(attentions, grid_size, patch_size, num_prefix_tokens
     return per_query.mean(axis=(1, 3)).astype("float32")
 
 
+def uniform_attention_distance(grid_size, patch_size):
+    """The mean attention distance of a head that attends to every patch alike (pixels)."""
+    return float(patch_distances(grid_size, patch_size).mean())
+
+
 def position_similarity(model):
     """Cosine similarity of each patch position's embedding with every other (paper Fig. 10).
 
