@@ -57,6 +57,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=20, help="training epochs")
     parser.add_argument("--batch-size", type=int, default=128, help="images per step")
     parser.add_argument("--limit", type=int, default=60000, help="training images")
+    parser.add_argument("--test-images", type=int, default=10000,
+                        help="test images the accuracy is measured on")
     parser.add_argument("--fashion-mnist", default=None,
                         help="folder of the Fashion-MNIST .gz files (default: Debian's)")
     args = parser.parse_args()
@@ -64,7 +66,8 @@ def main():
 
     model = train(args)
     test_images, test_labels = load_fashion_mnist("test", **args.data)
-    _, accuracy = model.evaluate(test_images.astype("float32"), test_labels, verbose=0)
+    _, accuracy = model.evaluate(test_images[: args.test_images].astype("float32"),
+                                 test_labels[: args.test_images], verbose=0)
     print(f"test accuracy: {accuracy:.4f}")
 
     # The first test image of four classes: an ankle boot, a pullover, trousers, a shirt.

@@ -280,10 +280,16 @@ def _evaluate(args):
         model, _ = _load_run_model(args.model)
         height, width, channels = model.input_shape[1:]
         dataset, options = _run_data(args)
-        test = vit_data.load(
-            dataset, args.split, image_size=(height, width), channels=channels,
-            batch_size=args.batch_size, **options,
-        )
+        if "validation_split" not in options and os.path.isdir(str(dataset)) \
+                and vit_data.folder_layout(dataset)["flat"]:
+            # Class folders at the top, named for evaluation: all of their images.
+            test = vit_data.from_folder(dataset, image_size=(height, width), channels=channels,
+                                        batch_size=args.batch_size)
+        else:
+            test = vit_data.load(
+                dataset, args.split, image_size=(height, width), channels=channels,
+                batch_size=args.batch_size, **options,
+            )
         if test.num_classes != model.outputs[0].shape[-1]:
             raise ValueError(
                 f"{dataset!r} has {test.num_classes} classes and the model "

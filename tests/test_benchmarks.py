@@ -3,6 +3,8 @@
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -163,3 +165,28 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     for key in ("accuracy_float32", "accuracy_mixed_bfloat16"):
         assert 0 <= result[key] <= 1
     assert keras.config.dtype_policy().name == "float32"  # restored
+
+
+def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path):
+    out = tmp_path / "main_job.json"
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",
+         "--rounds", "1", "--backends", BACKEND, "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert results["gemm_fp32_gflops"] > 0 and results["quick"]
+    (round_,) = results["rounds"]
+    assert round_["cnn"]["parameters"] == 242_218  # the CNN exactly as specified
+    for model in ("cnn", "vit"):
+        run = round_[model]
+        assert 0.0 <= run["test_accuracy"] <= 1.0 and run["wall_seconds"] > 0
+        assert len(run["epoch_seconds"]) == 1, run
+    row = results["summary"][BACKEND]
+    expected = 100 * (round_["vit"]["test_accuracy"] - round_["cnn"]["test_accuracy"])
+    assert row["median_accuracy_points"] == pytest.approx(expected, abs=0.01)
+    assert row["median_time_ratio"] == pytest.approx(
+        round_["vit"]["wall_seconds"] / round_["cnn"]["wall_seconds"], abs=1e-3)
+    assert f"| {BACKEND} |" in done.stdout

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import keras_vit
 from keras_vit.cli import _cli_message, main
+from keras_vit.training.backup import latest_checkpoint
 from keras_vit.training.loop import record_run
 from tests.conftest import BACKEND, TINY
 from tests.test_console import console_environment
@@ -124,8 +125,12 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
                "--output-dir", str(out)]
     process = subprocess.Popen(command, env=console_environment(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
-    while not (out / "backup" / "epoch-000002").is_dir() and time.time() < deadline:
+    deadline = time.time() + 600  # a loaded CI machine: epochs can take a while
+    # Checkpoints replace each other: wait for any of epoch 2 or later.
+    while (latest_checkpoint(str(out / "backup")) or (0,))[0] < 2:
+        if time.time() > deadline or process.poll() is not None:
+            process.kill()
+            pytest.fail(f"no second checkpoint: {process.communicate()[1][-2000:]}")
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=120)

@@ -36,7 +36,8 @@ def test_the_docs_figures_script_trains_and_draws_every_figure(tmp_path):
     path = os.path.join(ROOT, "examples", "make_figures.py")
     out = run_python(
         f"import sys; sys.argv = ['make_figures.py', '--out', {str(tmp_path)!r}, "
-        f"'--epochs', '1', '--limit', '512', '--patch-size', '4']; exec(open({path!r}).read())"
+        f"'--epochs', '1', '--limit', '256', '--test-images', '128', '--patch-size', '4']; "
+        f"exec(open({path!r}).read())"
     )
     rows = re.findall(r"layer +\d+: +([0-9. ]+)", out)
     assert len(rows) == 12 and all(len(row.split()) == 4 for row in rows)

@@ -1,5 +1,7 @@
 """The Vision Transformer as a functional Keras model, and its builders."""
 
+import os
+
 import keras
 import numpy as np
 
@@ -82,6 +84,91 @@ def _validate_input_shape(input_shape, input_tensor):
     return input_shape
 
 
+class _FromWeights:
+    """The default of an argument that a checkpoint decides (see `VisionTransformer`)."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __repr__(self):
+        return f"<the checkpoint's, else {self.default!r}>"
+
+
+# What the encoder computes: with `weights=`, the checkpoint's, and a
+# contradicting choice is an error.
+_ENCODER_DEFAULTS = {
+    "normalization": "inception", "class_token": True, "distillation_token": False,
+    "num_register_tokens": 0, "layer_scale_init": None, "approximate_gelu": True,
+    "layer_norm_epsilon": 1e-6,
+}
+# The head's shape: the checkpoint's unless the user chooses another head.
+_HEAD_DEFAULTS = {"pooling": "token", "representation_size": None}
+_FROM_WEIGHTS = {name: _FromWeights(value)
+                 for name, value in {**_ENCODER_DEFAULTS, **_HEAD_DEFAULTS}.items()}
+_checkpoint_reader = None
+
+
+def set_checkpoint_reader(reader):
+    """Lets the package that reads checkpoints serve the builders' `weights=`.
+
+    `keras_vit.weights` builds on this module and registers itself here when
+    imported (as `import keras_vit` does), so that models never import it.
+    `reader` has `registered(weights, variant)`, `resolve(weights, variant)`,
+    `function_arguments(weights, variant, num_heads)` and `load(model, path)`.
+    """
+    global _checkpoint_reader
+    _checkpoint_reader = reader
+
+
+def _reader():
+    if _checkpoint_reader is None:
+        raise RuntimeError("weights= needs keras_vit.weights: `import keras_vit` first.")
+    return _checkpoint_reader
+
+
+def _same_normalization(first, second, channels):
+    a, b = _pixel_rescaling(first, channels), _pixel_rescaling(second, channels)
+    return all(np.allclose(a[key], b[key], rtol=1e-6, atol=1e-8) for key in a)
+
+
+def _checkpoint_function(given, weights, variant, num_heads, input_channels):
+    """The function arguments of a model built with `weights=`.
+
+    Arguments the user left unset take the checkpoint's values. A set one
+    that contradicts what the checkpoint records of its encoder is a
+    `ValueError` naming both; one that only departs from its format's
+    convention (an official `.npz` records no GELU form) is the user's.
+    """
+    source, recorded = (_reader().function_arguments(weights, variant, num_heads)
+                        if weights is not None else ({}, set()))
+    chosen = {}
+    for name, value in given.items():
+        unset = isinstance(value, _FromWeights) or (name == "normalization" and value is None)
+        if unset:
+            chosen[name] = source.get(name, _FROM_WEIGHTS[name].default)
+            if chosen[name] is None and name in ("pooling", "normalization"):
+                # A pre-training model's file pools nothing: a classifier's default.
+                chosen[name] = _FROM_WEIGHTS[name].default
+            continue
+        chosen[name] = value
+        if name not in _ENCODER_DEFAULTS or name not in recorded:
+            continue  # another head, or departing from a format's convention: the user's
+        theirs = source[name]
+        if name == "layer_scale_init":
+            agree = (value is None) == (theirs is None)  # its values come from the file
+        elif name == "normalization":
+            agree = _same_normalization(value, theirs, input_channels)
+        else:
+            agree = value == theirs
+        if not agree:
+            raise ValueError(
+                f"{name}={value!r} contradicts the checkpoint weights={os.fspath(weights)!r}, "
+                f"whose model has {name}={theirs!r}. Leave {name} unset to build the "
+                "checkpoint's function, or use another checkpoint."
+            )
+    return chosen
+
+
 def VisionTransformer(
     patch_size=16,
     hidden_dim=768,
@@ -93,24 +180,24 @@ def VisionTransformer(
     weights=None,
     input_tensor=None,
     input_shape=None,
-    pooling="token",
+    pooling=_FROM_WEIGHTS["pooling"],
     classes=1000,
     classifier_activation="softmax",
     include_rescaling=True,
-    normalization=None,
-    representation_size=None,
-    class_token=True,
-    distillation_token=False,
-    num_register_tokens=0,
+    normalization=_FROM_WEIGHTS["normalization"],
+    representation_size=_FROM_WEIGHTS["representation_size"],
+    class_token=_FROM_WEIGHTS["class_token"],
+    distillation_token=_FROM_WEIGHTS["distillation_token"],
+    num_register_tokens=_FROM_WEIGHTS["num_register_tokens"],
     stem_filters=None,
     stem_strides=None,
     position_embedding="learned",
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
     drop_path_rate=0.0,
-    layer_scale_init=None,
-    approximate_gelu=True,
-    layer_norm_epsilon=1e-6,
+    layer_scale_init=_FROM_WEIGHTS["layer_scale_init"],
+    approximate_gelu=_FROM_WEIGHTS["approximate_gelu"],
+    layer_norm_epsilon=_FROM_WEIGHTS["layer_norm_epsilon"],
     seed=None,
     name="vision_transformer",
 ):
@@ -140,13 +227,17 @@ def VisionTransformer(
             Face / timm `.safetensors` (or `.bin` with torch) checkpoint.
             Checkpoints at another resolution have their position
             embeddings resampled; a head of another class count stays
-            zero-initialised.
+            zero-initialised. The model computes the checkpoint's function:
+            the arguments marked "the checkpoint's" below come from the
+            file (a checkpoint's `config.json` beside it, or the registry)
+            unless set, and a set value that contradicts the checkpoint's
+            encoder is a `ValueError` naming both.
         input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
             the image input.
         input_shape: `(height, width, channels)`; defaults to
             `(224, 224, 3)`. Height and width must be multiples of the
             patch size.
-        pooling: `"token"` (class token), `"gap"` (mean of patch tokens),
+        pooling: default the checkpoint's, else `"token"`: `"token"` (class token), `"gap"` (mean of patch tokens),
             `"token_gap"` (both, concatenated, as DINOv2's classifiers), or
             `None` with `include_top=False` to output every token.
         classes: int, the number of classes of the head.
@@ -154,22 +245,23 @@ def VisionTransformer(
             `None` for logits).
         include_rescaling: bool, whether the model takes pixels in
             `[0, 255]` and normalises them itself (see `normalization`).
-        normalization: how `include_rescaling` normalises pixels:
+        normalization: (the checkpoint's) how `include_rescaling` normalises pixels:
             `"inception"` (to `[-1, 1]`, the paper's), `"imagenet"`
             (ImageNet mean/std, as DeiT, DINO and MAE), or a `(mean, std)`
-            pair of per-channel values in `[0, 1]` units. `None`: the
-            registered checkpoint's, else `"inception"`.
-        representation_size: int or `None`; when set, a `pre_logits`
+            pair of per-channel values in `[0, 1]` units. Default: the
+            checkpoint's, else `"inception"`.
+        representation_size: (the checkpoint's, else `None`) int or `None`; when set, a `pre_logits`
             Dense + tanh layer of this width follows the pooling, as in the
             paper's pre-training head.
-        class_token: bool, whether to prepend a class token.
-        distillation_token: bool, DeiT's distillation token (Touvron et al.
+        class_token: (the checkpoint's, else `True`) bool, whether to prepend
+            a class token.
+        distillation_token: (the checkpoint's, else `False`) bool, DeiT's distillation token (Touvron et al.
             2021): a second learned token after the class token, with its
             own position embedding and its own head (`head_dist`); the
             model's logits are the mean of the two heads' logits, as DeiT
             predicts at inference. Needs `class_token` and
             `pooling="token"`.
-        num_register_tokens: int, the number of register tokens (Darcet et
+        num_register_tokens: (the checkpoint's, else 0) int, the number of register tokens (Darcet et
             al. 2023, DINOv2 with registers): learned tokens without
             position embeddings, inserted after the class token and
             ignored by the pooling.
@@ -185,10 +277,13 @@ def VisionTransformer(
         attention_dropout_rate: float, dropout on attention probabilities.
         drop_path_rate: float, stochastic depth rate of the last block,
             rising linearly from 0 in the first.
-        layer_scale_init: float or `None`, LayerScale initial value.
-        approximate_gelu: bool, tanh-approximated GELU (`True`, original
-            ViT) or exact GELU (`False`).
-        layer_norm_epsilon: float, epsilon of every LayerNorm.
+        layer_scale_init: (the checkpoint's, else `None`) float or `None`,
+            LayerScale initial value.
+        approximate_gelu: (the checkpoint's, else `True`) bool,
+            tanh-approximated GELU (`True`, original ViT) or exact GELU
+            (`False`).
+        layer_norm_epsilon: (the checkpoint's, else 1e-6) float, epsilon of
+            every LayerNorm.
         seed: int or `None`, seed of dropout and stochastic depth.
         name: str, the model's name.
 
@@ -211,18 +306,29 @@ def VisionTransformer(
     patch_size = _pair(patch_size, "patch_size")
     checkpoint = variant = None
     if weights is not None:
-        from keras_vit import weights as vit_weights  # models <- weights
-
         if patch_size[0] == patch_size[1]:
             variant = variant_name(
                 patch_size[0], hidden_dim, num_layers, num_heads, mlp_dim
             )
-        checkpoint = vit_weights.registered(weights, variant)
+        checkpoint = _reader().registered(weights, variant)
     if checkpoint is not None and input_shape is None and input_tensor is None:
         input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
-    if normalization is None:
-        normalization = checkpoint.normalization if checkpoint else "inception"
     input_shape = _validate_input_shape(input_shape, input_tensor)
+    function = _checkpoint_function(
+        {"normalization": normalization, "class_token": class_token,
+         "distillation_token": distillation_token, "num_register_tokens": num_register_tokens,
+         "layer_scale_init": layer_scale_init, "approximate_gelu": approximate_gelu,
+         "layer_norm_epsilon": layer_norm_epsilon, "pooling": pooling,
+         "representation_size": representation_size},
+        weights, variant, num_heads, input_shape[-1],
+    )
+    normalization = function["normalization"]
+    class_token, distillation_token = function["class_token"], function["distillation_token"]
+    num_register_tokens, layer_scale_init = (function["num_register_tokens"],
+                                             function["layer_scale_init"])
+    approximate_gelu, layer_norm_epsilon = (function["approximate_gelu"],
+                                            function["layer_norm_epsilon"])
+    pooling, representation_size = function["pooling"], function["representation_size"]
     rescaling = _pixel_rescaling(normalization, input_shape[-1])
     stem = None
     feature_size = input_shape[:2]
@@ -271,7 +377,7 @@ def VisionTransformer(
         )
     weights_path = None
     if weights is not None:
-        weights_path, _ = vit_weights.resolve(weights, variant)
+        weights_path, _ = _reader().resolve(weights, variant)
 
     def sublayer_seed(offset):
         return None if seed is None else seed + offset
@@ -371,7 +477,7 @@ def VisionTransformer(
     )
     model = keras.Model(inputs, x, name=name)
     if weights_path is not None:
-        vit_weights.load(model, weights_path)
+        _reader().load(model, weights_path)
     return model
 
 
@@ -475,7 +581,7 @@ def _builder(variant):
         weights=None,
         input_tensor=None,
         input_shape=None,
-        pooling="token",
+        pooling=_FROM_WEIGHTS["pooling"],
         classes=1000,
         classifier_activation="softmax",
         include_rescaling=True,

@@ -8,8 +8,10 @@ import numpy as np
 
 from keras_vit.weights import registry
 from keras_vit.weights.checkpoints import (
+    _IMAGENET_MODEL_TYPES,
     CHECKPOINT_SUFFIXES,
     infer_architecture,
+    read_json_beside,
     read_tensors,
     source_resample_method,
     to_canonical,
@@ -229,3 +231,69 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
         resample_method=resample_method or source_resample_method(path),
     )
     return model
+
+
+# What a checkpoint's tensors themselves show (token layout, LayerScale, head).
+_SHOWN_BY_TENSORS = ("class_token", "distillation_token", "num_register_tokens",
+                     "layer_scale_init", "pooling", "representation_size")
+
+
+def function_arguments(weights, variant=None, num_heads=None):
+    """What a checkpoint's model computes, as `VisionTransformer` arguments.
+
+    Returns `(arguments, recorded)`: the GELU form, LayerNorm epsilon, pixel
+    normalisation, class / distillation / register tokens, LayerScale,
+    pooling and `pre_logits` width of the model that `weights=` names, and
+    the names among them that the file records (its tensors, its
+    `config.json` / `preprocessor_config.json`, a Keras model's config).
+    The others are its format's conventions (an official `.npz` was trained
+    with tanh GELU and epsilon 1e-6; a timm file without config with exact
+    GELU), which a builder's explicit argument may override. Registered
+    names give the registry's entry; Keras weights files give nothing.
+    """
+    checkpoint = registered(weights, variant)
+    if checkpoint is not None:
+        arguments = {
+            "approximate_gelu": True, "layer_norm_epsilon": 1e-6,
+            "normalization": checkpoint.normalization, "class_token": True,
+            "distillation_token": False, "num_register_tokens": 0, "layer_scale_init": None,
+            "representation_size": checkpoint.representation_size,
+        }
+        return arguments, set(arguments)
+    path = os.fspath(weights)
+    if not path.endswith(CHECKPOINT_SUFFIXES):
+        return {}, set()
+    layout, arguments = infer_architecture(path, read_tensors(path), num_heads)
+    keys = ("approximate_gelu", "layer_norm_epsilon", "normalization") + _SHOWN_BY_TENSORS
+    recorded = set(_SHOWN_BY_TENSORS)
+    config = read_json_beside(path, "config.json")
+    if layout == "keras_vit":
+        recorded.update(keys)
+    elif layout == "huggingface":
+        recorded.update(name for name, key in (("approximate_gelu", "hidden_act"),
+                                               ("layer_norm_epsilon", "layer_norm_eps"))
+                        if key in config)
+        if ("image_mean" in read_json_beside(path, "preprocessor_config.json")
+                or config.get("model_type") in _IMAGENET_MODEL_TYPES):
+            recorded.add("normalization")
+    elif layout == "timm" and "mean" in config.get("pretrained_cfg", {}):
+        recorded.add("normalization")
+    return {key: arguments[key] for key in keys}, recorded
+
+
+class _CheckpointReader:
+    """What the builders of `keras_vit.models` need from this package."""
+
+    registered = staticmethod(registered)
+    resolve = staticmethod(resolve)
+    function_arguments = staticmethod(function_arguments)
+    load = staticmethod(load)
+
+
+def _register_with_the_builders():
+    from keras_vit.models.vision_transformer import set_checkpoint_reader
+
+    set_checkpoint_reader(_CheckpointReader())
+
+
+_register_with_the_builders()

@@ -108,6 +108,7 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
 
 def test_empty_folder_fails_fast(tmp_path):
     os.makedirs(tmp_path / "data" / "train" / "a")
+    os.makedirs(tmp_path / "data" / "test" / "a")
     with pytest.raises(SystemExit, match="no images"):
         main(command(str(tmp_path / "data"), str(tmp_path / "run"), 1))
 

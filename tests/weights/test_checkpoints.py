@@ -54,11 +54,12 @@ elif kind == "mae":  # mask_ratio 0 and ordered noise: every patch, in order
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, image_size=16, patch_size=4, mask_ratio=0.0)
     model = transformers.ViTMAEModel(config)
-else:
+else:  # "timm_like": a ViT with timm's LayerNorm epsilon
     config = transformers.ViTConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, image_size=16, patch_size=4, num_labels=5)
-    model = (transformers.ViTForImageClassification if kind == "classifier"
+        intermediate_size=64, image_size=16, patch_size=4, num_labels=5,
+        layer_norm_eps=1e-6 if kind == "timm_like" else 1e-12)
+    model = (transformers.ViTForImageClassification if kind in ("classifier", "timm_like")
              else transformers.ViTModel)(config)
 with torch.no_grad():  # non-trivial values everywhere, incl. LN and head
     for p in model.parameters():
@@ -479,3 +480,72 @@ def test_dinov2_registers_parity_with_antialiased_resampling(dinov2_registers_re
         input_shape=(24, 24, 3), resample_method="bicubic",
     )
     assert max_error(plain, out, 24, "logits") > 1e-3
+
+
+@pytest.fixture(scope="module")
+def timm_like_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "timm_like")
+
+
+def builder(path, **kwargs):
+    """`VisionTransformer(weights=path)` told only the size: the rest is the checkpoint's."""
+    return keras_vit.VisionTransformer(
+        **ARCH, input_shape=(16, 16, 3), include_rescaling=False,
+        classifier_activation=None, weights=path, **kwargs,
+    )
+
+
+def test_builders_build_the_checkpoints_function(
+    tmp_path, classifier_reference, deit_reference, dinov2_reference,
+    dinov2_registers_reference, timm_like_reference,
+):
+    from safetensors.numpy import save_file
+
+    # A timm file: timm's names (exact GELU, epsilon 1e-6 by its convention).
+    out, _ = timm_like_reference
+    hf = read_tensors(os.path.join(out, "model.safetensors"))
+    timm = _timm_names(hf, "vit")
+    timm.update({"head.weight": hf["classifier.weight"], "head.bias": hf["classifier.bias"]})
+    timm_path = os.path.join(tmp_path, "timm.safetensors")
+    save_file(timm, timm_path)
+    cases = {
+        "HF ViT (exact GELU, epsilon 1e-12)": (classifier_reference, None, "logits", {}),
+        "HF DeiT distilled": (deit_reference, None, "logits", {}),
+        "HF DINOv2 (LayerScale)": (dinov2_reference, None, "tokens",
+                                   {"include_top": False, "pooling": None}),
+        "HF DINOv2 with registers": (dinov2_registers_reference, None, "logits", {}),
+        "timm": (timm_like_reference, timm_path, "logits", {}),
+    }
+    for case, ((out, _), path, name, extra) in cases.items():
+        path = path or os.path.join(out, "model.safetensors")
+        through_builder = builder(path, **({"classes": 5} if name == "logits" else {}), **extra)
+        assert max_error(through_builder, out, 16, name) <= 1e-5, case
+        reference = from_checkpoint(path, num_heads=4, include_rescaling=False,
+                                    classifier_activation=None, **extra)
+        images = np.load(os.path.join(out, "images_16.npy"))
+        np.testing.assert_allclose(
+            through_builder.predict(images, verbose=0), reference.predict(images, verbose=0),
+            atol=1e-6, err_msg=case)  # the same numbers as from_checkpoint
+
+
+def test_a_choice_that_contradicts_the_checkpoint_is_refused_naming_both(
+    classifier_reference, deit_reference, dinov2_reference,
+):
+    hf_vit = os.path.join(classifier_reference[0], "model.safetensors")
+    for arguments, message in (
+        ({"approximate_gelu": True}, "approximate_gelu=True contradicts .*approximate_gelu=False"),
+        ({"layer_norm_epsilon": 1e-6}, "layer_norm_epsilon=1e-06 contradicts .*=1e-12"),
+        ({"class_token": False, "pooling": "gap"}, "class_token=False contradicts"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            builder(hf_vit, classes=5, **arguments)
+    with pytest.raises(ValueError, match="distillation_token=False contradicts"):
+        builder(os.path.join(deit_reference[0], "model.safetensors"), classes=5,
+                distillation_token=False)
+    with pytest.raises(ValueError, match="normalization='inception' contradicts"):
+        keras_vit.VisionTransformer(
+            **ARCH, input_shape=(16, 16, 3), include_top=False, normalization="inception",
+            weights=os.path.join(dinov2_reference[0], "model.safetensors"))
+    # Choices the file does not record stay the user's, and agreeing ones are fine.
+    agreeing = builder(hf_vit, classes=5, approximate_gelu=False, layer_norm_epsilon=1e-12)
+    assert max_error(agreeing, classifier_reference[0], 16, "logits") <= 1e-5

@@ -1,0 +1,241 @@
+"""The main job against a small CNN: `keras-vit train` with its defaults beside a Keras CNN.
+
+Both run on the same Fashion-MNIST files, each in a fresh process, in
+alternating order, for `--rounds` rounds on each backend asked. For every
+run: test accuracy, wall-clock seconds from process start to exit, and the
+seconds of each epoch; then, per round and as medians over the rounds, the
+ViT's accuracy minus the CNN's (points) and the ViT's time over the CNN's.
+The day's fp32 GEMM rate (4096^3, TensorFlow) is measured first, since these
+machines' speed moves about 2x between days. Prints a table and, with
+`--json PATH`, writes everything.
+
+    python benchmarks/main_job_vs_cnn.py --rounds 3                 # about 35 minutes here
+    python benchmarks/main_job_vs_cnn.py --backends tensorflow jax --rounds 1
+    python benchmarks/main_job_vs_cnn.py --quick                    # does it run? (the suite)
+
+The CNN is the one the main job has to beat, defined here and not in the
+package: 3 x [Conv2D 3x3 (no bias) - BatchNormalization - ReLU - MaxPooling
+2x2] with 32 / 64 / 128 filters, Flatten, Dropout 0.3, Dense 128 ReLU,
+Dense 10 (logits); 242,218 parameters; AdamW 2e-3, weight decay 1e-4, cosine
+decay over 9 epochs, batch 128; random horizontal flip and 2-pixel
+pad-and-random-crop; pixels / 255; tf.data with autotune off and prefetch(2).
+`--quick` runs both for one epoch on 1,024 training and 512 test images.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CNN_EPOCHS = 9
+
+
+def build_cnn():
+    import keras
+
+    inputs = keras.Input((28, 28, 1), name="images")
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    for filters in (32, 64, 128):
+        x = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+        x = keras.layers.MaxPooling2D(2)(x)
+    x = keras.layers.Flatten()(x)
+    x = keras.layers.Dropout(0.3)(x)
+    x = keras.layers.Dense(128, activation="relu")(x)
+    outputs = keras.layers.Dense(10, name="logits")(x)
+    return keras.Model(inputs, outputs, name="small_cnn")
+
+
+def fashion_mnist(quick):
+    from keras_vit.data import load_fashion_mnist
+
+    train, test = load_fashion_mnist("train"), load_fashion_mnist("test")
+    if quick:
+        train, test = (train[0][:1024], train[1][:1024]), (test[0][:512], test[1][:512])
+    return train, test
+
+
+def train_cnn(quick, seed=0):
+    """The CNN's run, inside its own process; returns accuracy and epoch times."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)
+    (train_images, train_labels), (test_images, test_labels) = fashion_mnist(quick)
+    epochs = 1 if quick else CNN_EPOCHS
+    batch = 128
+    steps = epochs * (len(train_images) // batch)
+    options = tf.data.Options()
+    options.autotune.enabled = False
+
+    def augment(images, labels):
+        images = tf.image.random_flip_left_right(images, seed=seed)
+        padded = tf.pad(images, [[0, 0], [2, 2], [2, 2], [0, 0]])
+        return tf.image.random_crop(padded, tf.shape(images), seed=seed), labels
+
+    train = (tf.data.Dataset.from_tensor_slices((train_images.astype("float32"), train_labels))
+             .shuffle(len(train_images), seed=seed).batch(batch, drop_remainder=True)
+             .map(augment).with_options(options).prefetch(2))
+    test = (tf.data.Dataset.from_tensor_slices((test_images.astype("float32"), test_labels))
+            .batch(512).with_options(options).prefetch(2))
+    model = build_cnn()
+    model.compile(
+        optimizer=keras.optimizers.AdamW(keras.optimizers.schedules.CosineDecay(2e-3, steps),
+                                         weight_decay=1e-4),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    times = []
+
+    class EpochTimes(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(round(time.perf_counter() - self.start, 2))
+
+    model.fit(train, epochs=epochs, callbacks=[EpochTimes()], verbose=2)
+    _, accuracy = model.evaluate(test, verbose=0)
+    return {"test_accuracy": float(accuracy), "epoch_seconds": times,
+            "parameters": model.count_params()}
+
+
+def write_folder(root, quick):
+    """The quick mode's data as an image folder, so `keras-vit train` reads the same images."""
+    import numpy as np
+    from PIL import Image
+
+    (train_images, train_labels), (test_images, test_labels) = fashion_mnist(quick)
+    for split, images, labels in (("train", train_images, train_labels),
+                                  ("test", test_images, test_labels)):
+        for index, (image, label) in enumerate(zip(images, labels)):
+            folder = os.path.join(root, split, f"class_{int(label)}")
+            os.makedirs(folder, exist_ok=True)
+            Image.fromarray(np.asarray(image)[..., 0]).save(os.path.join(folder, f"{index}.png"))
+    return root
+
+
+def run_process(command, backend):
+    """Runs a command in a fresh process; wall-clock from its start to its exit."""
+    environment = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": ROOT}
+    start = time.perf_counter()
+    done = subprocess.run(command, env=environment, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed under {backend}:\n{done.stderr[-3000:]}")
+    return done.stdout, round(wall, 1)
+
+
+def run_cnn(backend, quick):
+    command = [sys.executable, os.path.abspath(__file__), "--child-cnn"] + (["--quick"] if quick else [])
+    stdout, wall = run_process(command, backend)
+    return {"model": "cnn", "backend": backend, "wall_seconds": wall,
+            **json.loads(stdout.strip().splitlines()[-1])}
+
+
+def run_vit(backend, quick, folder):
+    output = tempfile.mkdtemp(prefix="keras_vit_main_job_")
+    try:
+        command = [sys.executable, "-m", "keras_vit_launcher", "train", "--output-dir", output]
+        if quick:
+            command += ["--dataset", folder, "--epochs", "1", "--image-size", "28"]
+        stdout, wall = run_process(command, backend)
+        with open(os.path.join(output, "metrics.json")) as f:
+            metrics = json.load(f)
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+    epochs = [int(s) for s in re.findall(r"^\d+/\d+ - (\d+)s - ", stdout, re.MULTILINE)]
+    return {"model": "vit", "backend": backend, "wall_seconds": wall,
+            "test_accuracy": metrics["test_accuracy"], "epoch_seconds": epochs,
+            "parameters": metrics["parameters"]}
+
+
+def gemm_gflops():
+    """TensorFlow's fp32 4096^3 matmul rate, median of 5, in a fresh process."""
+    code = (
+        "import time, numpy as np, tensorflow as tf\n"
+        "x = tf.constant(np.random.default_rng(0).normal(size=(4096, 4096)).astype('float32'))\n"
+        "f = tf.function(lambda: tf.matmul(x, x)); f().numpy()\n"
+        "times = []\n"
+        "for _ in range(5):\n"
+        "    s = time.perf_counter(); f().numpy(); times.append(time.perf_counter() - s)\n"
+        "print(2 * 4096 ** 3 / sorted(times)[2] / 1e9)\n"
+    )
+    stdout, _ = run_process([sys.executable, "-c", code], "tensorflow")
+    return round(float(stdout.strip().splitlines()[-1]), 1)
+
+
+def summarise(rounds):
+    """Per backend: each round's ratios and their medians."""
+    summary = {}
+    for backend in sorted({r["vit"]["backend"] for r in rounds}):
+        own = [r for r in rounds if r["vit"]["backend"] == backend]
+        points = [100 * (r["vit"]["test_accuracy"] - r["cnn"]["test_accuracy"]) for r in own]
+        ratios = [r["vit"]["wall_seconds"] / r["cnn"]["wall_seconds"] for r in own]
+        summary[backend] = {
+            "accuracy_points_vit_minus_cnn": [round(p, 2) for p in points],
+            "time_ratio_vit_over_cnn": [round(t, 3) for t in ratios],
+            "median_accuracy_points": round(statistics.median(points), 2),
+            "median_time_ratio": round(statistics.median(ratios), 3),
+            "median_vit_accuracy": statistics.median(r["vit"]["test_accuracy"] for r in own),
+            "median_cnn_accuracy": statistics.median(r["cnn"]["test_accuracy"] for r in own),
+            "median_vit_seconds": statistics.median(r["vit"]["wall_seconds"] for r in own),
+            "median_cnn_seconds": statistics.median(r["cnn"]["wall_seconds"] for r in own),
+        }
+    return summary
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=["tensorflow"],
+                        choices=("tensorflow", "jax", "torch"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 epoch on 1,024 images")
+    parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--child-cnn", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_cnn:
+        print(json.dumps(train_cnn(args.quick)))
+        return
+
+    with tempfile.TemporaryDirectory(prefix="keras_vit_main_job_data_") as directory:
+        folder = write_folder(directory, True) if args.quick else None
+        results = {"gemm_fp32_gflops": gemm_gflops(), "quick": args.quick, "rounds": []}
+        print(f"GEMM 4096^3 fp32 (TensorFlow): {results['gemm_fp32_gflops']} GFLOP/s", flush=True)
+        for index in range(args.rounds):
+            for backend in args.backends:
+                # Alternate which goes first, so neither always meets a warmer machine.
+                order = ("cnn", "vit") if index % 2 == 0 else ("vit", "cnn")
+                runs = {}
+                for model in order:
+                    runs[model] = (run_cnn(backend, args.quick) if model == "cnn"
+                                   else run_vit(backend, args.quick, folder))
+                    run = runs[model]
+                    print(f"round {index + 1} {backend} {model}: accuracy "
+                          f"{run['test_accuracy']:.4f}, {run['wall_seconds']} s, epochs "
+                          f"{run['epoch_seconds']}", flush=True)
+                results["rounds"].append(runs)
+    results["summary"] = summarise(results["rounds"])
+    print("\n| backend | ViT accuracy | CNN accuracy | ViT - CNN (points) | ViT s | CNN s "
+          "| ViT / CNN time |")
+    print("|---|---|---|---|---|---|---|")
+    for backend, row in results["summary"].items():
+        print(f"| {backend} | {row['median_vit_accuracy']:.2%} | {row['median_cnn_accuracy']:.2%} "
+              f"| {row['median_accuracy_points']:+.2f} | {row['median_vit_seconds']} "
+              f"| {row['median_cnn_seconds']} | {row['median_time_ratio']:.2f}x |")
+    print(f"(medians of {args.rounds} round(s); GEMM {results['gemm_fp32_gflops']} GFLOP/s)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The package's imports run one way: the library floor never reaches into the application."""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "keras_vit")
+
+# What each part may import of keras_vit (itself included); see docs/architecture.md.
+LIBRARY = {"layers", "models", "weights"}
+ALLOWED = {
+    "layers": {"layers"},
+    "models": {"layers", "models"},
+    "weights": {"layers", "models", "weights"},
+    "data": {"data"},
+    "distribution": LIBRARY | {"distribution"},
+    "inspect": LIBRARY | {"inspect"},
+    "export": LIBRARY | {"data", "export"},
+    "training": LIBRARY | {"data", "distribution", "training"},
+    "pretraining": LIBRARY | {"data", "training", "pretraining"},
+}
+
+
+def imported_parts(path):
+    """The keras_vit sub-packages a module imports, at any depth (lazy imports too)."""
+    tree = ast.parse(open(path).read(), path)
+    parts = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        for name in names:
+            pieces = name.split(".")
+            if pieces[0] == "keras_vit" and len(pieces) > 1:
+                parts.add(pieces[1])
+    return parts & (set(ALLOWED) | {"cli"})
+
+
+def test_every_part_imports_only_the_parts_below_it():
+    violations = []
+    for part, allowed in ALLOWED.items():
+        folder = os.path.join(PACKAGE, part)
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                found = imported_parts(os.path.join(folder, name))
+                violations += [f"keras_vit/{part}/{name} imports keras_vit.{other}"
+                               for other in sorted(found - allowed)]
+    assert not violations, "\n".join(violations)
+
+
+def test_the_check_sees_lazy_imports(tmp_path):
+    # A function-level import, as the builders once had of `weights`.
+    path = tmp_path / "probe.py"
+    path.write_text("def f():\n    from keras_vit import weights as w\n    import keras_vit.cli\n")
+    assert imported_parts(str(path)) == {"weights", "cli"}
