@@ -123,8 +123,12 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
     command = [sys.executable, "-m", "keras_vit_launcher", "train", "--dataset", folders["split"],
                "--image-size", "16", "--batch-size", "8", "--epochs", "40",
                "--output-dir", str(out)]
+    # As from a terminal: SIGINT at its default (`make test` runs the suites in the
+    # background, whose children start with SIGINT ignored, and Python then never
+    # raises KeyboardInterrupt).
     process = subprocess.Popen(command, env=console_environment(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 600  # a loaded CI machine: epochs can take a while
     # Checkpoints replace each other: wait for any of epoch 2 or later.
     while (latest_checkpoint(str(out / "backup")) or (0,))[0] < 2:

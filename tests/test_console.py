@@ -60,12 +60,13 @@ def dataset(tmp_path_factory):
 
 
 def test_help_version_and_errors_print_only_the_commands_own_lines(tmp_path):
+    runs = {}
     for args in (["--help"], ["train", "--help"], ["--version"],
                  ["predict", str(tmp_path / "missing.png")]):
-        code, output = keras_vit(*args)
+        runs[args[0]] = code, output = keras_vit(*args)
         assert native_log_lines(output) == [], (args, output)
-    assert re.fullmatch(r"keras-vit \d+\.\d+\.\d+\S*\n", keras_vit("--version")[1])
-    code, output = keras_vit("predict", str(tmp_path / "missing.png"))
+    assert re.fullmatch(r"keras-vit \d+\.\d+\.\d+\S*\n", runs["--version"][1])
+    code, output = runs["predict"]
     assert code == 1 and output.strip() == (
         f"keras-vit predict: no such image file(s): [{str(tmp_path / 'missing.png')!r}]")
 
