@@ -16,6 +16,7 @@ the libraries wrote is shown if loading them fails.
 `import keras_vit` from Python changes none of these settings.
 """
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -27,22 +28,20 @@ def wants_native_logs(argv, environ=os.environ):
     return "--verbose" in argv or "TF_CPP_MIN_LOG_LEVEL" in environ
 
 
-def load_tensorflow_quietly():
-    """Imports TensorFlow (if installed) with file descriptor 2 redirected.
+@contextlib.contextmanager
+def native_stderr_captured():
+    """Keeps what native code writes to standard error (fd 2) out of the terminal.
 
-    Device discovery runs too, since it logs (CUDA driver look-ups) on its
-    first call. Returns what the libraries wrote, as text.
+    What was written is shown if the block fails, so an error keeps its
+    context. `keras_vit.export` uses it too (TFLite's converter prints its
+    settings on every quantised conversion).
     """
-    if importlib.util.find_spec("tensorflow") is None:
-        return ""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
+            yield
         except BaseException:
             os.dup2(saved, 2)
             captured.seek(0)
@@ -51,8 +50,20 @@ def load_tensorflow_quietly():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-        captured.seek(0)
-        return captured.read().decode(errors="replace")
+
+
+def load_tensorflow_quietly():
+    """Imports TensorFlow (if installed) with its start-up log lines kept out.
+
+    Device discovery runs too, since it logs (CUDA driver look-ups) on its
+    first call.
+    """
+    if importlib.util.find_spec("tensorflow") is None:
+        return
+    with native_stderr_captured():
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
 
 
 def requested_backend(argv):

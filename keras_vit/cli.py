@@ -85,10 +85,6 @@ def _convert(args):
         )
     if not os.path.isfile(args.source):
         raise SystemExit(f"keras-vit convert: no such file: {args.source!r}")
-    if args.image_size is not None and args.image_size <= 0:
-        raise SystemExit(
-            f"keras-vit convert: --image-size must be positive. Received: {args.image_size}"
-        )
     from keras_vit.weights import from_checkpoint
 
     overrides = {}

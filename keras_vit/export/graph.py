@@ -7,7 +7,6 @@ served. The torch backend has no TensorFlow path in Keras; its models are
 rebuilt on TensorFlow from a `.keras` file (see `rebuild_on_tensorflow`).
 """
 
-import contextlib
 import json
 import os
 import subprocess
@@ -30,30 +29,6 @@ def input_spec(model, batch_size=None):
             f"Received input shape {model.inputs[0].shape}."
         )
     return (batch_size, *shape), "float32"
-
-
-@contextlib.contextmanager
-def native_output_captured():
-    """Keeps what C++ code writes to standard error (fd 2) out of the user's terminal.
-
-    TFLite's converter prints its settings ("fully_quantize: 0,
-    inference_type: 6, ...") for every quantised conversion. What was
-    written is shown if the block fails, so an error's context is not lost.
-    """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def apply_umask(path):

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_vit.export import graph
+from keras_vit_launcher import native_stderr_captured
 
 QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full")
 # Ops that "int8" leaves in float32: XNNPACK has no fast int8 kernels for
@@ -113,7 +114,7 @@ def _convert(model, quantization, calibration, allow_flex):
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         converter.target_spec.supported_ops = ops
         try:
-            with graph.native_output_captured(), warnings.catch_warnings():
+            with native_stderr_captured(), warnings.catch_warnings():
                 # The quantisation debugger runs TensorFlow's own (deprecated) interpreter.
                 warnings.filterwarnings("ignore", message=r"[\s\S]*tf.lite.Interpreter is deprecated")
                 return _run_converter(tf, converter, quantization)
