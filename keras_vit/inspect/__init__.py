@@ -44,7 +44,7 @@ def write_figures(model, images, out_dir, titles=None):
     import os
 
     os.makedirs(out_dir, exist_ok=True)
-    prefix, grid, patch = token_layout(model)
+    prefix, grid, patch = token_layout(model, images.shape[1:3])
     attention = attention_maps(model, images)
     paths = {
         "attention_rollout": rollout_overlay(
@@ -52,7 +52,7 @@ def write_figures(model, images, out_dir, titles=None):
         ),
         "attention_distance": attention_distance_plot(
             mean_attention_distance(attention, grid, patch, prefix),
-            image_size=tuple(model.input_shape[1:3]), patch_size=patch,
+            image_size=tuple(images.shape[1:3]), patch_size=patch,
             uniform=uniform_attention_distance(grid, patch),
         ),
         "position_similarity": position_similarity_grid(position_similarity(model)),

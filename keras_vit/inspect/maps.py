@@ -8,15 +8,20 @@ through a second functional graph over the same layers and weights.
 import keras
 import numpy as np
 
-from keras_vit.models.vision_transformer import encoder_blocks
+from keras_vit.models.vision_transformer import default_image_size, encoder_blocks
 
 
-def token_layout(model):
+def token_layout(model, image_size=None):
     """`(prefix_tokens, (rows, cols), (patch_height, patch_width))` of a ViT.
 
     `prefix_tokens` counts the class / distillation / register tokens before
     the patches; the patch size is in input pixels (a convolutional stem's
     stride included).
+
+    Args:
+        model: a ViT built by keras_vit.
+        image_size: `(height, width)` of the images; `None`: the model's
+            input size (a model of run-time resolution: its table's).
 
     Raises:
         ValueError: `model` is not a ViT built by keras_vit.
@@ -27,10 +32,16 @@ def token_layout(model):
             f"{getattr(model, 'name', model)!r} is not a ViT built by keras_vit (it has no "
             "position_embedding and encoderblock_N layers); the inspection reads those."
         )
-    grid = tuple(model.get_layer("position_embedding").grid_size)
-    tokens = encoder_blocks(model)[0].input.shape[1]
-    height, width = model.input_shape[1:3]
-    return tokens - grid[0] * grid[1], grid, (height // grid[0], width // grid[1])
+    positions = model.get_layer("position_embedding")
+    stride = model.get_layer("stem").stride if has_stem(model) else 1
+    patch = tuple(side * stride for side in model.get_layer("patch_embedding").patch_size)
+    if image_size is None:
+        image_size = default_image_size(model)
+    grid = tuple(side // size for side, size in zip(image_size, patch))
+    prefix = positions.num_prefix_tokens
+    if any(layer.name == "register_tokens" for layer in model.layers):
+        prefix += model.get_layer("register_tokens").num_tokens
+    return prefix, grid, patch
 
 
 def has_stem(model):
@@ -74,9 +85,12 @@ def attention_maps(model, images, batch_size=32):
     (2, 1, 2, 17, 17)
     """
     images = np.asarray(images, "float32")
-    if images.ndim != 4 or images.shape[1:] != tuple(model.input_shape[1:]):
+    expected = tuple(model.input_shape[1:])
+    if images.ndim != 4 or any(
+        side not in (None, got) for side, got in zip(expected, images.shape[1:])
+    ):
         raise ValueError(
-            f"`images` must be a batch of {tuple(model.input_shape[1:])} images. "
+            f"`images` must be a batch of {expected} images (None: any size). "
             f"Received shape {images.shape}."
         )
     blocks = encoder_blocks(model)

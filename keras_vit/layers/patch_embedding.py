@@ -47,6 +47,26 @@ def patch_grid(image_size, patch_size):
     )
 
 
+def _checked_multiple(images, size, patch_size):
+    """`images`, failing at run time unless their sides are multiples of the patch.
+
+    Only TensorFlow graphs trace with sides unknown (JAX and PyTorch see
+    every shape), so the check is TensorFlow's assertion op, which names the
+    size received.
+    """
+    import tensorflow as tf
+
+    height, width = size
+    fits = tf.logical_and(tf.equal(height % patch_size[0], 0), tf.equal(width % patch_size[1], 0))
+    check = tf.debugging.Assert(
+        fits,
+        [f"image height and width must be multiples of the patch size {patch_size}; "
+         "received height, width:", height, width],
+    )
+    with tf.control_dependencies([check]):
+        return tf.identity(images)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchEmbedding(keras.layers.Layer):
     """Cuts an image into `P×P` patches and projects each one linearly.
@@ -55,7 +75,13 @@ class PatchEmbedding(keras.layers.Layer):
     a convolution whose kernel size and stride are both the patch size. The
     kernel is stored in HWIO layout `(P, P, channels, hidden_dim)`, the layout
     of the official checkpoints' `embedding/kernel`, so they copy straight in.
-    The patch grid is flattened row by row into a token sequence.
+    The patch grid is flattened row by row into a token sequence (or kept
+    as a grid with `flatten=False`).
+
+    Images of a size known only at run time (a model with
+    `input_shape=(None, None, C)`) are checked when they arrive: a side
+    that is not a multiple of the patch size is an error naming both,
+    where a strided convolution would silently drop the remainder.
 
     Args:
         patch_size: int or `(height, width)`, the size of one patch.
@@ -64,6 +90,9 @@ class PatchEmbedding(keras.layers.Layer):
         kernel_initializer: initializer of the kernel. Defaults to
             `"lecun_normal"`, as in the reference implementation.
         bias_initializer: initializer of the bias. Defaults to `"zeros"`.
+        flatten: bool, whether to return a token sequence (`True`) or the
+            patch grid `(batch, rows, cols, hidden_dim)` (`False`).
+            Defaults to `True`.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -71,7 +100,9 @@ class PatchEmbedding(keras.layers.Layer):
             height and width are multiples of the patch size.
 
     Returns:
-        Tokens of shape `(batch, (height // P) * (width // P), hidden_dim)`.
+        Tokens of shape `(batch, (height // P) * (width // P), hidden_dim)`,
+        or `(batch, height // P, width // P, hidden_dim)` with
+        `flatten=False`.
 
     Example:
 
@@ -87,6 +118,7 @@ class PatchEmbedding(keras.layers.Layer):
         use_bias=True,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        flatten=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -98,6 +130,7 @@ class PatchEmbedding(keras.layers.Layer):
             )
         self.hidden_dim = hidden_dim
         self.use_bias = use_bias
+        self.flatten = flatten
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
@@ -132,14 +165,22 @@ class PatchEmbedding(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        patch_grid(inputs.shape[1:3], self.patch_size)
+        size = tuple(ops.shape(inputs)[1:3])
+        if all(isinstance(side, int) for side in size):
+            patch_grid(size, self.patch_size)
+        elif None not in size:  # a TensorFlow graph for images of any size
+            inputs = _checked_multiple(inputs, size, self.patch_size)
         x = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
         if self.bias is not None:
             x = x + self.bias
-        return ops.reshape(x, (-1, x.shape[1] * x.shape[2], self.hidden_dim))
+        if not self.flatten:
+            return x
+        return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_dim))
 
     def compute_output_shape(self, input_shape):
         rows, cols = patch_grid(input_shape[1:3], self.patch_size)
+        if not self.flatten:
+            return (input_shape[0], rows, cols, self.hidden_dim)
         tokens = None if rows is None or cols is None else rows * cols
         return (input_shape[0], tokens, self.hidden_dim)
 
@@ -156,6 +197,7 @@ class PatchEmbedding(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(
                     self.bias_initializer
                 ),
+                "flatten": self.flatten,
             }
         )
         return config

@@ -50,70 +50,74 @@ def sincos_2d_position_embeddings(grid_size, hidden_dim, num_prefix_tokens=1):
     return np.concatenate([prefix, table])[None].astype("float32")
 
 
-def _keys_kernel(distance, a):
+def _keys_kernel(xp, distance, a):
     """Keys' cubic convolution kernel at `distance` (any sign)."""
-    d = np.abs(distance)
+    d = xp.abs(distance)
     near = ((a + 2) * d - (a + 3)) * d * d + 1
     far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+    return xp.where(d <= 1, near, xp.where(d < 2, far, 0.0))
 
 
-def _cubic_weights(t, a=-0.75):
-    """The 4 cubic taps around a sample point at fraction `t` past a pixel.
+def _interpolation_matrix(xp, in_size, out_size, method, align_corners, dtype):
+    """The `(out_size, in_size)` matrix that resamples one axis.
 
-    `a=-0.75` is the constant PyTorch's bicubic uses (timm, Hugging Face).
+    Written once for NumPy (`xp=np`, float64, at load time) and for Keras
+    ops (`xp=keras.ops`, inside the graph, where `out_size` may be a
+    tensor known only when the model sees an image), so that a model
+    resampling at run time computes what load-time resampling computes.
+
+    `"bicubic"` is PyTorch's `interpolate(mode="bicubic")`: Keys' cubic
+    with `a=-0.75` over 4 taps, border taps clamped to the edge.
+    `"bicubic_antialias"` is the same with `antialias=True`: PIL's
+    separable filter, Keys' cubic with `a=-0.5` widened by the downscaling
+    factor (so shrinking averages instead of aliasing), taps outside the
+    input dropped and the weights renormalised (DINOv2 with registers).
     """
-    offsets = np.array([-1.0, 0.0, 1.0, 2.0])
-    return _keys_kernel(t[..., None] - offsets, a)
-
-
-def _antialias_matrix(in_size, out_size):
-    """PyTorch's `interpolate(mode="bicubic", antialias=True)` for one axis.
-
-    The separable filter of PIL: Keys' cubic with `a=-0.5`, widened by the
-    downscaling factor (so shrinking averages instead of aliasing), taps
-    outside the input dropped and the weights renormalised. DINOv2 with
-    registers moves its position grid this way.
-    """
-    scale = in_size / out_size
-    support = 2.0 * max(scale, 1.0)
-    stretch = 1.0 / max(scale, 1.0)
-    matrix = np.zeros((out_size, in_size))
-    for i in range(out_size):
-        center = scale * (i + 0.5)
-        low = max(int(center - support + 0.5), 0)
-        high = min(int(center + support + 0.5), in_size)
-        weights = _keys_kernel((np.arange(low, high) - center + 0.5) * stretch, a=-0.5)
-        matrix[i, low:high] = weights / weights.sum()
-    return matrix
-
-
-def _interpolation_matrix(in_size, out_size, method, align_corners):
-    """The `(out_size, in_size)` matrix that resamples one axis."""
+    if xp is np:
+        size = np.asarray(out_size, dtype)
+    else:
+        size = ops.cast(out_size, dtype)
+    out = xp.arange(out_size, dtype=dtype)
+    sources = xp.arange(in_size, dtype=dtype)
     if method == "bicubic_antialias":
-        return _antialias_matrix(in_size, out_size)
-    out = np.arange(out_size, dtype=np.float64)
+        scale = in_size / size
+        support = 2.0 * xp.maximum(scale, 1.0)
+        stretch = 1.0 / xp.maximum(scale, 1.0)
+        center = xp.expand_dims(scale * (out + 0.5), 1)
+        inside = xp.logical_and(
+            sources >= xp.floor(center - support + 0.5),
+            sources < xp.floor(center + support + 0.5),
+        )
+        weights = _keys_kernel(xp, (sources - center + 0.5) * stretch, a=-0.5)
+        weights = xp.where(inside, weights, 0.0)
+        return weights / xp.sum(weights, axis=1, keepdims=True)
     if align_corners:
-        scale = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        scale = xp.where(size > 1, (in_size - 1) / xp.maximum(size - 1, 1.0), 0.0)
         source = out * scale
     else:
-        source = (out + 0.5) * (in_size / out_size) - 0.5
-    matrix = np.zeros((out_size, in_size))
-    rows = np.arange(out_size)[:, None]
+        source = (out + 0.5) * (in_size / size) - 0.5
     if method == "bilinear":
-        source = np.maximum(source, 0.0)
-        low = np.floor(source)
-        t = (source - low)[:, None]
-        taps = low[:, None] + np.arange(2)
-        weights = np.concatenate([1 - t, t], axis=1)
+        source = xp.maximum(source, 0.0)
+    low = xp.expand_dims(xp.floor(source), 1)
+    t = xp.expand_dims(source, 1) - low
+    if method == "bilinear":
+        offsets = np.array([0.0, 1.0], dtype)
+        weights = xp.concatenate([1.0 - t, t], axis=1)
     else:
-        low = np.floor(source)
-        taps = low[:, None] + np.arange(-1, 3)
-        weights = _cubic_weights(source - low)
+        offsets = np.array([-1.0, 0.0, 1.0, 2.0], dtype)
+        weights = _keys_kernel(xp, t - offsets, a=-0.75)
     # Border taps are clamped to the edge, as image resizers do.
-    taps = np.clip(taps, 0, in_size - 1).astype(int)
-    np.add.at(matrix, (np.broadcast_to(rows, taps.shape), taps), weights)
-    return matrix
+    taps = xp.clip(low + offsets, 0.0, in_size - 1.0)
+    hits = xp.equal(xp.expand_dims(taps, 2), sources)
+    return xp.sum(xp.where(hits, xp.expand_dims(weights, 2), 0.0), axis=1)
+
+
+def _resample_grid(xp, grid, source_grid, target_grid, method, align_corners, dtype):
+    """`(rows, cols, dim)` -> `(target_rows, target_cols, dim)`."""
+    rows = _interpolation_matrix(xp, source_grid[0], target_grid[0], method, align_corners, dtype)
+    cols = _interpolation_matrix(xp, source_grid[1], target_grid[1], method, align_corners, dtype)
+    grid = xp.einsum("ri,ijd->rjd", rows, grid)
+    return xp.einsum("cj,rjd->rcd", cols, grid)
 
 
 def resample_position_embeddings(
@@ -200,13 +204,9 @@ def resample_position_embeddings(
         )
     grid = grid.reshape(*source_grid, -1)
     if source_grid != target_grid:
-        rows = _interpolation_matrix(
-            source_grid[0], target_grid[0], method, align_corners
+        grid = _resample_grid(
+            np, grid, source_grid, target_grid, method, align_corners, "float64"
         )
-        cols = _interpolation_matrix(
-            source_grid[1], target_grid[1], method, align_corners
-        )
-        grid = np.einsum("ri,cj,ijd->rcd", rows, cols, grid)
     result = np.concatenate([prefix, grid.reshape(-1, grid.shape[-1])])
     result = result.astype("float32")
     return result[None] if batched else result
@@ -223,18 +223,33 @@ class PositionEmbedding(keras.layers.Layer):
     trainable). The grid size is kept so that the table can be resampled
     to another resolution with `resample_position_embeddings`.
 
+    Given the patch grid at call time (`grid=`), the layer serves images of
+    any size: for a grid other than its own it resamples the table inside
+    the graph with `resample_method`, the computation that load-time
+    resampling does (as timm's `dynamic_img_size` and Hugging Face's
+    `interpolate_pos_encoding`), and for its own grid it adds the table
+    as it is.
+
     Args:
-        grid_size: int or `(rows, cols)`, the patch grid.
+        grid_size: int or `(rows, cols)`, the patch grid of the table.
         num_prefix_tokens: int, the number of tokens before the grid (1 for
             the class token). Defaults to 1.
         kind: `"learned"` or `"sincos2d"`. Defaults to `"learned"`.
         initializer: initializer of learned embeddings. Defaults to
             `RandomNormal(stddev=0.02)`.
+        resample_method: how a call with another grid resamples the table:
+            `"bicubic"` (PyTorch's, as timm and Hugging Face),
+            `"bicubic_antialias"` (DINOv2 with registers) or `"bilinear"`.
+            Defaults to `"bicubic"`.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
-        inputs: tokens of shape
-            `(batch, num_prefix_tokens + rows * cols, hidden_dim)`.
+        inputs: tokens of shape `(batch, num_prefix_tokens + rows * cols,
+            hidden_dim)`.
+        grid: optional tensor whose axes 1 and 2 are the patch grid
+            `(rows, cols)` of `inputs`, e.g. the patch embedding's output
+            with `flatten=False`; only its shape is read. Without it the
+            tokens must be on the table's grid.
 
     Returns:
         The tokens plus their position embeddings, same shape.
@@ -244,6 +259,9 @@ class PositionEmbedding(keras.layers.Layer):
     >>> layer = PositionEmbedding(grid_size=(2, 3))
     >>> tuple(layer(keras.ops.zeros((4, 7, 16))).shape)
     (4, 7, 16)
+    >>> grid = keras.ops.zeros((4, 4, 5, 16))  # a 4x5 patch grid
+    >>> tuple(layer(keras.ops.zeros((4, 21, 16)), grid=grid).shape)
+    (4, 21, 16)
     """
 
     def __init__(
@@ -252,6 +270,7 @@ class PositionEmbedding(keras.layers.Layer):
         num_prefix_tokens=1,
         kind="learned",
         initializer=None,
+        resample_method="bicubic",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -266,8 +285,14 @@ class PositionEmbedding(keras.layers.Layer):
                 f"`kind` must be one of {POSITION_EMBEDDING_KINDS}. "
                 f"Received: kind={kind!r}"
             )
+        if resample_method not in RESAMPLE_METHODS:
+            raise ValueError(
+                f"`resample_method` must be one of {RESAMPLE_METHODS}. "
+                f"Received: resample_method={resample_method!r}"
+            )
         self.num_prefix_tokens = num_prefix_tokens
         self.kind = kind
+        self.resample_method = resample_method
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.RandomNormal(stddev=0.02)
         )
@@ -277,12 +302,10 @@ class PositionEmbedding(keras.layers.Layer):
         return self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1]
 
     def build(self, input_shape):
-        if len(input_shape) != 3 or input_shape[1] != self.num_tokens:
+        if len(input_shape) != 3 or input_shape[-1] is None:
             raise ValueError(
-                f"PositionEmbedding with grid_size={self.grid_size} and "
-                f"num_prefix_tokens={self.num_prefix_tokens} expects "
-                f"{self.num_tokens} tokens. Received: input_shape="
-                f"{tuple(input_shape)}"
+                "PositionEmbedding expects tokens of shape (batch, tokens, "
+                f"hidden_dim). Received: input_shape={tuple(input_shape)}"
             )
         hidden_dim = input_shape[-1]
         if self.kind == "sincos2d":
@@ -299,11 +322,32 @@ class PositionEmbedding(keras.layers.Layer):
             trainable=self.kind == "learned",
         )
 
-    def call(self, inputs):
-        return inputs + ops.cast(self.embeddings, inputs.dtype)
+    def call(self, inputs, grid=None):
+        table = self.embeddings
+        target = self.grid_size if grid is None else tuple(ops.shape(grid)[1:3])
+        static = all(isinstance(side, int) for side in target)
+        if not static or target != self.grid_size:
+            # Another grid (or one known only at run time: a tensor), in float32.
+            table = ops.cast(table, "float32")
+            prefix = table[:, : self.num_prefix_tokens]
+            patches = ops.reshape(table[0, self.num_prefix_tokens :], (*self.grid_size, -1))
+            patches = _resample_grid(
+                ops, patches, self.grid_size, target, self.resample_method,
+                align_corners=False, dtype="float32",
+            )
+            patches = ops.reshape(patches, (1, -1, ops.shape(table)[-1]))
+            table = ops.concatenate([prefix, patches], axis=1)
+        elif inputs.shape[1] is not None and inputs.shape[1] != self.num_tokens:
+            raise ValueError(
+                f"PositionEmbedding with grid_size={self.grid_size} and "
+                f"num_prefix_tokens={self.num_prefix_tokens} expects "
+                f"{self.num_tokens} tokens, or the patch grid of the tokens as "
+                f"`grid`. Received: inputs.shape={tuple(inputs.shape)}"
+            )
+        return inputs + ops.cast(table, inputs.dtype)
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape)
+    def compute_output_shape(self, inputs_shape, grid_shape=None):
+        return tuple(inputs_shape)
 
     def get_config(self):
         config = super().get_config()
@@ -313,6 +357,7 @@ class PositionEmbedding(keras.layers.Layer):
                 "num_prefix_tokens": self.num_prefix_tokens,
                 "kind": self.kind,
                 "initializer": keras.initializers.serialize(self.initializer),
+                "resample_method": self.resample_method,
             }
         )
         return config

@@ -56,10 +56,12 @@ class TokenPooling(keras.layers.Layer):
         self.token_index = token_index
 
     def _token(self, inputs):
-        # A slice kept 3-D and then squeezed: TFLite's XNNPACK delegate does
-        # not take strided slices that drop an axis.
+        # A slice kept 3-D and then reshaped: TFLite's XNNPACK delegate does
+        # not take strided slices that drop an axis, and a squeeze needs the
+        # slice's length, which TensorFlow leaves unknown when the token
+        # count is (a model of run-time resolution).
         index = self.token_index
-        return ops.squeeze(inputs[:, index : index + 1], axis=1)
+        return ops.reshape(inputs[:, index : index + 1], (-1, inputs.shape[-1]))
 
     def call(self, inputs):
         if self.mode == "token":

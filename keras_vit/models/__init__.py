@@ -18,6 +18,7 @@ from keras_vit.models.vision_transformer import (
     ViTS16,
     ViTS32,
     ViTTi16,
+    default_image_size,
     encoder_blocks,
     feature_extractor,
 )

@@ -75,11 +75,13 @@ def _validate_input_shape(input_shape, input_tensor):
     if (
         not isinstance(input_shape, tuple)
         or len(input_shape) != 3
-        or not all(isinstance(s, int) and s > 0 for s in input_shape)
+        or not all(s is None or (isinstance(s, int) and s > 0) for s in input_shape)
+        or input_shape[-1] is None
     ):
         raise ValueError(
             "`input_shape` must be (height, width, channels) with positive "
-            f"ints. Received: input_shape={input_shape!r}"
+            "ints, height and width `None` for images of any size. "
+            f"Received: input_shape={input_shape!r}"
         )
     return input_shape
 
@@ -103,8 +105,13 @@ _ENCODER_DEFAULTS = {
 }
 # The head's shape: the checkpoint's unless the user chooses another head.
 _HEAD_DEFAULTS = {"pooling": "token", "representation_size": None}
-_FROM_WEIGHTS = {name: _FromWeights(value)
-                 for name, value in {**_ENCODER_DEFAULTS, **_HEAD_DEFAULTS}.items()}
+# How the position table moves to other grids, and the image size it is laid
+# out for (a model of run-time resolution): the checkpoint's unless set.
+_RESOLUTION_DEFAULTS = {"resample_method": "bicubic", "base_image_size": None}
+_FROM_WEIGHTS = {
+    name: _FromWeights(value)
+    for name, value in {**_ENCODER_DEFAULTS, **_HEAD_DEFAULTS, **_RESOLUTION_DEFAULTS}.items()
+}
 _checkpoint_reader = None
 
 
@@ -198,6 +205,8 @@ def VisionTransformer(
     layer_scale_init=_FROM_WEIGHTS["layer_scale_init"],
     approximate_gelu=_FROM_WEIGHTS["approximate_gelu"],
     layer_norm_epsilon=_FROM_WEIGHTS["layer_norm_epsilon"],
+    base_image_size=_FROM_WEIGHTS["base_image_size"],
+    resample_method=_FROM_WEIGHTS["resample_method"],
     seed=None,
     name="vision_transformer",
 ):
@@ -236,7 +245,12 @@ def VisionTransformer(
             the image input.
         input_shape: `(height, width, channels)`; defaults to
             `(224, 224, 3)`. Height and width must be multiples of the
-            patch size.
+            patch size. `(None, None, channels)` builds a model of run-time
+            resolution: it takes images of any size that is a multiple of
+            the patch size (one size per batch) and resamples its position
+            embeddings inside the graph for each (see `base_image_size`
+            and `resample_method`); a size that is not a multiple is an
+            error naming it when the images arrive.
         pooling: default the checkpoint's, else `"token"`: `"token"` (class token), `"gap"` (mean of patch tokens),
             `"token_gap"` (both, concatenated, as DINOv2's classifiers), or
             `None` with `include_top=False` to output every token.
@@ -284,6 +298,15 @@ def VisionTransformer(
             (`False`).
         layer_norm_epsilon: (the checkpoint's, else 1e-6) float, epsilon of
             every LayerNorm.
+        base_image_size: (the checkpoint's, else 224) int or
+            `(height, width)`, the image size that the position-embedding
+            table of a model of run-time resolution is laid out for; images
+            of other sizes use the table resampled. A fixed-size model's
+            table is laid out for its `input_shape`.
+        resample_method: (the checkpoint's, else `"bicubic"`) how the
+            position table moves to another grid, at load time and at run
+            time: `"bicubic"` (PyTorch's, as timm and Hugging Face),
+            `"bicubic_antialias"` (DINOv2 with registers) or `"bilinear"`.
         seed: int or `None`, seed of dropout and stochastic depth.
         name: str, the model's name.
 
@@ -319,9 +342,25 @@ def VisionTransformer(
          "distillation_token": distillation_token, "num_register_tokens": num_register_tokens,
          "layer_scale_init": layer_scale_init, "approximate_gelu": approximate_gelu,
          "layer_norm_epsilon": layer_norm_epsilon, "pooling": pooling,
-         "representation_size": representation_size},
+         "representation_size": representation_size,
+         "base_image_size": base_image_size, "resample_method": resample_method},
         weights, variant, num_heads, input_shape[-1],
     )
+    resample_method = function["resample_method"]
+    dynamic = None in input_shape[:2]
+    if dynamic:
+        table_size = _pair(function["base_image_size"] or DEFAULT_INPUT_SHAPE[0],
+                           "base_image_size")
+    else:
+        if not isinstance(base_image_size, _FromWeights) and base_image_size is not None:
+            if _pair(base_image_size, "base_image_size") != tuple(input_shape[:2]):
+                raise ValueError(
+                    "base_image_size sets the table of a model of run-time resolution "
+                    "(input_shape with None height and width); a fixed-size model's "
+                    f"table is laid out for its input. Received: base_image_size="
+                    f"{base_image_size!r}, input_shape={input_shape!r}"
+                )
+        table_size = tuple(input_shape[:2])
     normalization = function["normalization"]
     class_token, distillation_token = function["class_token"], function["distillation_token"]
     num_register_tokens, layer_scale_init = (function["num_register_tokens"],
@@ -331,7 +370,7 @@ def VisionTransformer(
     pooling, representation_size = function["pooling"], function["representation_size"]
     rescaling = _pixel_rescaling(normalization, input_shape[-1])
     stem = None
-    feature_size = input_shape[:2]
+    feature_size = table_size
     if stem_filters is not None:
         stem = vit_layers.ConvStem(stem_filters, stem_strides, name="stem")
         if any(side % stem.stride for side in feature_size):
@@ -391,7 +430,15 @@ def VisionTransformer(
         x = keras.layers.Rescaling(**rescaling, name="rescaling")(x)
     if stem is not None:
         x = stem(x)
-    x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
+    if dynamic:
+        # The patch grid is known when an image arrives; the position
+        # embeddings read it from the unflattened patches.
+        patches = vit_layers.PatchEmbedding(
+            patch_size, hidden_dim, flatten=False, name="patch_embedding"
+        )(x)
+        x = keras.layers.Reshape((-1, hidden_dim), name="patch_tokens")(patches)
+    else:
+        x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
     # Token order: class, distillation, registers, patches. Registers come
     # after the position embeddings, which they have none of.
     if distillation_token:
@@ -403,8 +450,9 @@ def VisionTransformer(
         grid_size,
         num_prefix_tokens=num_embedded_prefix,
         kind=position_embedding,
+        resample_method=resample_method,
         name="position_embedding",
-    )(x)
+    )(x, grid=patches if dynamic else None)
     if num_register_tokens:
         x = vit_layers.RegisterTokens(
             num_register_tokens, index=num_embedded_prefix, name="register_tokens"
@@ -477,8 +525,24 @@ def VisionTransformer(
     )
     model = keras.Model(inputs, x, name=name)
     if weights_path is not None:
-        _reader().load(model, weights_path)
+        _reader().load(model, weights_path, resample_method)
     return model
+
+
+def default_image_size(model):
+    """`(height, width)` of the images a ViT takes unless told otherwise.
+
+    A fixed-size model's input size; for a model of run-time resolution
+    (`input_shape=(None, None, C)`), the size its position table is laid
+    out for (`base_image_size`), where it computes without resampling.
+    """
+    size = tuple(model.input_shape[1:3])
+    if None not in size:
+        return size
+    stride = model.get_layer("stem").stride if any(l.name == "stem" for l in model.layers) else 1
+    patch = model.get_layer("patch_embedding").patch_size
+    grid = model.get_layer("position_embedding").grid_size
+    return tuple(g * p * stride for g, p in zip(grid, patch))
 
 
 def encoder_blocks(model):

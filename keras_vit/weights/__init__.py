@@ -223,12 +223,17 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
         raise TypeError(
             f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
         )
+    table_size = arguments.pop("base_image_size", None) or arguments["input_shape"][:2]
+    arguments["resample_method"] = (resample_method or arguments.get("resample_method")
+                                    or source_resample_method(path))
     arguments.update(overrides)
+    if None in (arguments.get("input_shape") or (0, 0))[:2]:
+        arguments.setdefault("base_image_size", table_size)  # run-time resolution
     model = VisionTransformer(**arguments)
     _, canonical = to_canonical(tensors, arguments["num_heads"])
     assign_canonical(
         model, canonical, source=f"{layout} checkpoint {path!r}",
-        resample_method=resample_method or source_resample_method(path),
+        resample_method=arguments["resample_method"],
     )
     return model
 
@@ -243,7 +248,9 @@ def function_arguments(weights, variant=None, num_heads=None):
 
     Returns `(arguments, recorded)`: the GELU form, LayerNorm epsilon, pixel
     normalisation, class / distillation / register tokens, LayerScale,
-    pooling and `pre_logits` width of the model that `weights=` names, and
+    pooling and `pre_logits` width of the model that `weights=` names (with
+    the image size of its position table and how its own code resamples
+    that table, for models of run-time resolution), and
     the names among them that the file records (its tensors, its
     `config.json` / `preprocessor_config.json`, a Keras model's config).
     The others are its format's conventions (an official `.npz` was trained
@@ -259,7 +266,9 @@ def function_arguments(weights, variant=None, num_heads=None):
             "distillation_token": False, "num_register_tokens": 0, "layer_scale_init": None,
             "representation_size": checkpoint.representation_size,
         }
-        return arguments, set(arguments)
+        recorded = set(arguments)
+        arguments.update(base_image_size=checkpoint.image_size, resample_method="bicubic")
+        return arguments, recorded
     path = os.fspath(weights)
     if not path.endswith(CHECKPOINT_SUFFIXES):
         return {}, set()
@@ -278,7 +287,10 @@ def function_arguments(weights, variant=None, num_heads=None):
             recorded.add("normalization")
     elif layout == "timm" and "mean" in config.get("pretrained_cfg", {}):
         recorded.add("normalization")
-    return {key: arguments[key] for key in keys}, recorded
+    function = {key: arguments[key] for key in keys}
+    function["base_image_size"] = arguments.get("base_image_size") or arguments["input_shape"][:2]
+    function["resample_method"] = arguments.get("resample_method") or source_resample_method(path)
+    return function, recorded
 
 
 class _CheckpointReader:

@@ -358,6 +358,16 @@ def _keras_vit_arguments(path, arguments):
     )
     if batch_shape:
         arguments["input_shape"] = tuple(batch_shape[1:])
+    positions = configs.get("position_embedding", {})
+    if "resample_method" in positions:
+        arguments["resample_method"] = positions["resample_method"]
+    if arguments["input_shape"][0] is None and "grid_size" in positions:
+        # A model of run-time resolution: its table's image size.
+        stride = int(np.prod(configs.get("stem", {}).get("strides") or
+                             [2] * len(configs.get("stem", {}).get("filters", ()))))
+        patch = configs.get("patch_embedding", {}).get("patch_size", (1, 1))
+        arguments["base_image_size"] = tuple(
+            int(g) * int(p) * stride for g, p in zip(positions["grid_size"], patch))
     block = configs.get("encoderblock_0", {})
     arguments["approximate_gelu"] = block.get("approximate_gelu", True)
     arguments["layer_norm_epsilon"] = block.get("layer_norm_epsilon", 1e-6)

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -37,6 +38,29 @@ class PatchEmbeddingTest(testing.TestCase):
         layer = PatchEmbedding(patch_size=16, hidden_dim=8)
         with pytest.raises(ValueError, match="225 is not divisible by patch size 16"):
             layer(np.zeros((1, 225, 224, 3)))
+
+    def test_unflattened_grid(self):
+        layer = PatchEmbedding(patch_size=4, hidden_dim=8, flatten=False)
+        grid = ops.convert_to_numpy(layer(np.ones((2, 8, 20, 1), "float32")))
+        self.assertEqual(grid.shape, (2, 2, 5, 8))
+        flat = PatchEmbedding.from_config({**layer.get_config(), "flatten": True})
+        flat.build((None, 8, 20, 1))
+        flat.set_weights(layer.get_weights())
+        self.assertAllClose(grid.reshape(2, 10, 8),
+                            ops.convert_to_numpy(flat(np.ones((2, 8, 20, 1), "float32"))))
+
+    @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                        reason="only TensorFlow traces graphs with unknown image sides")
+    def test_unknown_sides_are_checked_when_the_images_arrive(self):
+        import tensorflow as tf
+
+        layer = PatchEmbedding(patch_size=4, hidden_dim=8)
+        layer.build((None, None, None, 3))
+        call = tf.function(layer, input_signature=[tf.TensorSpec((None, None, None, 3))])
+        self.assertEqual(tuple(call(tf.zeros((1, 8, 12, 3))).shape), (1, 6, 8))
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"multiples of the patch size \(4, 4\).*\[9\] \[12\]"):
+            call(tf.zeros((1, 9, 12, 3)))
 
     def test_bad_arguments(self):
         with pytest.raises(ValueError, match="patch_size=0"):

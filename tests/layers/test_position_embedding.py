@@ -77,6 +77,38 @@ class PositionEmbeddingTest(testing.TestCase):
     def test_bad_kind(self):
         with pytest.raises(ValueError, match="kind='fourier'"):
             PositionEmbedding(grid_size=2, kind="fourier")
+        with pytest.raises(ValueError, match="resample_method='nearest'"):
+            PositionEmbedding(grid_size=2, resample_method="nearest")
+
+
+class RunTimeGridTest(testing.TestCase):
+    """With `grid=`, the table follows the tokens' grid inside the graph."""
+
+    def test_another_grid_adds_the_table_resampled_as_at_load_time(self):
+        rng = np.random.default_rng(0)
+        for method in ("bicubic", "bicubic_antialias", "bilinear"):
+            layer = PositionEmbedding(grid_size=(4, 5), num_prefix_tokens=2,
+                                      resample_method=method)
+            layer.build((None, 22, 6))
+            layer.embeddings.assign(rng.normal(size=(1, 22, 6)).astype("float32"))
+            table = ops.convert_to_numpy(layer.embeddings)
+            for grid in ((7, 3), (4, 5), (2, 9)):
+                tokens = rng.normal(size=(3, 2 + grid[0] * grid[1], 6)).astype("float32")
+                out = layer(tokens, grid=np.zeros((3, *grid, 1), "float32"))
+                expected = tokens + resample_position_embeddings(
+                    table, grid, source_grid=(4, 5), num_prefix_tokens=2, method=method)
+                self.assertAllClose(ops.convert_to_numpy(out), expected, atol=2e-6)
+
+    def test_config_round_trip_keeps_the_method(self):
+        layer = PositionEmbedding(grid_size=(2, 3), resample_method="bicubic_antialias")
+        again = PositionEmbedding.from_config(layer.get_config())
+        self.assertEqual(again.resample_method, "bicubic_antialias")
+        self.assertEqual(again.grid_size, (2, 3))
+
+    def test_its_own_grid_without_grid_is_still_checked(self):
+        layer = PositionEmbedding(grid_size=(2, 2))
+        with pytest.raises(ValueError, match="or the patch grid of the tokens as `grid`"):
+            layer(np.zeros((1, 10, 4)))
 
 
 class ResampleTest(testing.TestCase):

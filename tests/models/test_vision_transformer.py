@@ -185,6 +185,13 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
         ({"distillation_token": True, "representation_size": 8}, "representation_size=8"),
         ({"num_register_tokens": -1}, "num_register_tokens=-1"),
         ({"pooling": "token_gap", "class_token": False}, "class_token=False"),
+        ({"input_shape": (None, None, None)}, r"input_shape=\(None, None, None\)"),
+        ({"input_shape": (None, None, 3), "base_image_size": 100},
+         "100 is not divisible by patch size 16"),
+        ({"input_shape": (None, None, 3), "base_image_size": (224, 0)},
+         r"base_image_size=\(224, 0\)"),
+        ({"base_image_size": 384}, r"base_image_size=384, input_shape=\(224, 224, 3\)"),
+        ({"resample_method": "nearest"}, "resample_method='nearest'"),
     ],
 )
 def test_bad_arguments_fail_before_building(kwargs, message):
@@ -287,3 +294,86 @@ def test_conv_stem_feeds_the_patch_embedding(images):
         keras_vit.VisionTransformer(
             **{**TINY, "patch_size": 1, "input_shape": (20, 20, 3)}, stem_filters=(8, 8, 8)
         )
+
+
+DYNAMIC = {**TINY, "input_shape": (None, None, 3), "base_image_size": 16}
+
+
+def _fixed_copy(model, size, **kwargs):
+    """The model rebuilt at `size` with its table resampled once, at load time."""
+    from keras_vit.layers import resample_position_embeddings
+
+    fixed = keras_vit.VisionTransformer(**{**TINY, "input_shape": (*size, 3), **kwargs})
+    values = {w.path: ops.convert_to_numpy(w) for w in model.weights}
+    grid = (size[0] // 4, size[1] // 4)
+    for weight in fixed.weights:
+        value = values[weight.path]
+        if weight.path == "position_embedding/embeddings":
+            value = resample_position_embeddings(value, grid, source_grid=(4, 4))
+        weight.assign(value)
+    return fixed
+
+
+def test_one_model_takes_every_size_as_a_fixed_model_at_that_size():
+    model = randomize_weights(keras_vit.VisionTransformer(**DYNAMIC))
+    assert model.input_shape == (None, None, None, 3)
+    assert keras_vit.models.default_image_size(model) == (16, 16)
+    rng = np.random.default_rng(0)
+    for size in ((16, 16), (24, 24), (32, 20), (8, 8)):
+        images = rng.uniform(0, 255, (2, *size, 3)).astype("float32")
+        fixed = _fixed_copy(model, size)
+        np.testing.assert_allclose(model.predict(images, verbose=0),
+                                   fixed.predict(images, verbose=0), atol=1e-5)
+    with pytest.raises(Exception, match=r"multiples of the patch size|18 is not divisible by patch size 4"):
+        model.predict(np.zeros((1, 18, 16, 3), "float32"), verbose=0)
+
+
+def test_run_time_resolution_trains_saves_and_loads(tmp_path):
+    model = keras_vit.VisionTransformer(**DYNAMIC, classifier_activation=None)
+    model.compile(optimizer=keras.optimizers.SGD(0.05),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(0)
+
+    def batches():  # one size per batch, three sizes
+        for size in (16, 24, 12, 16, 24, 12):
+            yield (rng.uniform(0, 255, (4, size, size, 3)).astype("float32"),
+                   rng.integers(0, 5, 4))
+
+    before = ops.convert_to_numpy(model.get_layer("position_embedding").embeddings).copy()
+    history = model.fit(batches(), epochs=1, steps_per_epoch=6, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    after = ops.convert_to_numpy(model.get_layer("position_embedding").embeddings)
+    assert np.abs(after - before).max() > 0  # gradients flow through the resampling
+    path = os.path.join(tmp_path, "dynamic.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.input_shape == (None, None, None, 3)
+    for size in ((16, 16), (28, 20)):
+        images = rng.uniform(0, 255, (2, *size, 3)).astype("float32")
+        np.testing.assert_allclose(loaded.predict(images, verbose=0),
+                                   model.predict(images, verbose=0), atol=1e-6)
+
+
+def test_run_time_resolution_features_attention_and_checkpoint_loading(tmp_path):
+    from keras_vit import inspect as vit_inspect
+
+    model = randomize_weights(keras_vit.VisionTransformer(
+        **DYNAMIC, num_register_tokens=2, resample_method="bicubic_antialias"))
+    images = np.random.default_rng(0).uniform(0, 255, (2, 24, 20, 3)).astype("float32")
+    features = keras_vit.models.feature_extractor(model, blocks=[-1])(images)
+    assert tuple(features["encoder_norm"].shape) == (2, 1 + 2 + 6 * 5, 32)
+    prefix, grid, patch = vit_inspect.token_layout(model, images.shape[1:3])
+    assert (prefix, grid, patch) == (3, (6, 5), (4, 4))
+    attention = vit_inspect.attention_maps(model, images)
+    assert attention.shape == (2, 2, 4, 33, 33)
+    assert vit_inspect.attention_rollout(attention, prefix, grid).shape == (2, 6, 5)
+    # A .keras file of it builds the same model at run-time resolution.
+    path = os.path.join(tmp_path, "dynamic.keras")
+    model.save(path)
+    again = keras_vit.VisionTransformer(**{**DYNAMIC, "base_image_size": keras_vit.models.
+                                           vision_transformer._FROM_WEIGHTS["base_image_size"]},
+                                        num_register_tokens=2, weights=path)
+    positions = again.get_layer("position_embedding")
+    assert positions.grid_size == (4, 4) and positions.resample_method == "bicubic_antialias"
+    np.testing.assert_allclose(again.predict(images, verbose=0),
+                               model.predict(images, verbose=0), atol=1e-6)

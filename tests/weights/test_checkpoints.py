@@ -76,7 +76,8 @@ if kind == "model":
     torch.save(model.state_dict(), os.path.join(out, "bin", "state_dict.pth"))
 rng = np.random.default_rng(0)
 result = {{}}
-sizes = {{"mae": (16,), "dinov2_registers": (16, 24, 12)}}.get(kind, (16, 24))
+sizes = {{"mae": (16,), "dinov2_registers": (16, 24, 12), "classifier": (16, 24, 32)}}.get(
+    kind, (16, 24))
 for size in sizes:
     x = rng.normal(size=(2, size, size, 3)).astype("float32")
     np.save(os.path.join(out, f"images_{{size}}.npy"), x)
@@ -549,3 +550,29 @@ def test_a_choice_that_contradicts_the_checkpoint_is_refused_naming_both(
     # Choices the file does not record stay the user's, and agreeing ones are fine.
     agreeing = builder(hf_vit, classes=5, approximate_gelu=False, layer_norm_epsilon=1e-12)
     assert max_error(agreeing, classifier_reference[0], 16, "logits") <= 1e-5
+
+
+def test_one_model_at_run_time_resolution_matches_the_reference_at_every_size(
+    classifier_reference, deit_reference, dinov2_registers_reference,
+):
+    cases = {
+        "HF ViT (bicubic)": (classifier_reference, (16, 24, 32)),
+        "HF DeiT distilled (bicubic)": (deit_reference, (16, 24)),
+        "HF DINOv2 with registers (antialiased bicubic)": (dinov2_registers_reference, (16, 24, 12)),
+    }
+    for case, ((out, _), sizes) in cases.items():
+        path = os.path.join(out, "model.safetensors")
+        model = keras_vit.VisionTransformer(
+            **ARCH, input_shape=(None, None, 3), include_rescaling=False, classes=5,
+            classifier_activation=None, weights=path,
+        )
+        positions = model.get_layer("position_embedding")
+        assert positions.grid_size == (4, 4), case  # the checkpoint's own table
+        for size in sizes:
+            assert max_error(model, out, size, "logits") <= 1e-5, (case, size)
+            fixed = from_checkpoint(path, include_rescaling=False, classifier_activation=None,
+                                    input_shape=(size, size, 3))
+            images = np.load(os.path.join(out, f"images_{size}.npy"))
+            np.testing.assert_allclose(  # as the table resampled once at load
+                model.predict(images, verbose=0), fixed.predict(images, verbose=0),
+                atol=1e-5, err_msg=f"{case}, {size} px")
