@@ -190,3 +190,23 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     assert row["median_time_ratio"] == pytest.approx(
         round_["vit"]["wall_seconds"] / round_["cnn"]["wall_seconds"], abs=1e-3)
     assert f"| {BACKEND} |" in done.stdout
+
+
+def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(tmp_path):
+    if BACKEND == "torch":
+        pytest.skip("the benchmark compares the TensorFlow and JAX backends")
+    out = tmp_path / "resolution.json"
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "run_time_resolution.py"), "--quick",
+         "--rounds", "2", "--backends", BACKEND, "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads(out.read_text())
+    assert result["backend"] == BACKEND and result["gemm_gflops"] > 0
+    assert [row["size"] for row in result["rows"]] == [16, 24]
+    for row in result["rows"]:
+        assert row["fixed_ms"] > 0 and row["dynamic_ms"] > 0
+        assert row["max_abs_difference"] < 1e-4, row  # the same numbers either way
+    assert "overhead" in done.stdout

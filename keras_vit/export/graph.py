@@ -16,17 +16,43 @@ import tempfile
 import keras
 
 
-def input_spec(model, batch_size=None):
-    """`(shape, dtype)` of the model's image input, with the given batch."""
+def input_spec(model, batch_size=None, image_size=None, any_size=False):
+    """`(shape, dtype)` of the model's image input, with the given batch.
+
+    A model of run-time resolution (`input_shape=(None, None, C)`) keeps
+    height and width unknown with `any_size=True` (a SavedModel serves
+    every size), and is otherwise exported at `image_size`, which it then
+    needs. A fixed-size model takes only its own size.
+    """
     if len(model.inputs) != 1:
         raise ValueError(
             f"`model` must have one image input; {model.name!r} has {len(model.inputs)}."
         )
     shape = tuple(model.inputs[0].shape[1:])
-    if len(shape) != 3 or None in shape:
+    if len(shape) != 3 or shape[-1] is None:
         raise ValueError(
-            "`model` must take images of a fixed `(height, width, channels)`. "
+            "`model` must take images of shape `(height, width, channels)`. "
             f"Received input shape {model.inputs[0].shape}."
+        )
+    if image_size is not None:
+        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
+            raise ValueError(
+                "`image_size` must be a positive int or (height, width). "
+                f"Received: image_size={image_size!r}"
+            )
+        if None not in shape[:2] and size != shape[:2]:
+            raise ValueError(
+                f"`model` takes {shape[0]}x{shape[1]} images only. Received: "
+                f"image_size={image_size!r} (a model built with input_shape=(None, None, "
+                f"{shape[-1]}) takes any size)."
+            )
+        shape = (*size, shape[-1])
+    if None in shape[:2] and not any_size:
+        raise ValueError(
+            f"`model` takes images of any size (input shape {model.inputs[0].shape}); "
+            "this export needs static shapes: name the size to export it at, e.g. "
+            "`image_size=(224, 224)` (`--image-size 224`)."
         )
     return (batch_size, *shape), "float32"
 
@@ -63,12 +89,13 @@ def as_probabilities(scores, already_probabilities):
     return scores / scores.sum(-1, keepdims=True)
 
 
-def model_function(model, batch_size=None):
+def model_function(model, batch_size=None, image_size=None, any_size=False):
     """A TensorFlow-callable `images -> model outputs` (inference mode).
 
     Args:
         model: a built single-input Keras model.
         batch_size: `None` for a dynamic batch, or a fixed int.
+        image_size, any_size: see `input_spec`.
 
     Returns:
         A restored SavedModel function (see `write_archive`) taking float32 images
@@ -77,21 +104,21 @@ def model_function(model, batch_size=None):
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_export_") as directory:
-        write_archive(model, directory, batch_size)
+        write_archive(model, directory, batch_size, image_size, any_size)
         restored = tf.saved_model.load(directory)
     serve = restored.serve
     serve.restored_module = restored  # keeps the variables alive
     return serve
 
 
-def write_archive(model, directory, batch_size=None):
+def write_archive(model, directory, batch_size=None, image_size=None, any_size=False):
     """Writes the model's inference call as a SavedModel with one `serve` endpoint.
 
     One path for both backends: Keras' `ExportArchive` (through `jax2tf` on
     JAX), so what is exported is exactly what a SavedModel of the model
-    computes.
+    computes. (`image_size`, `any_size`: see `input_spec`.)
     """
-    shape, dtype = input_spec(model, batch_size)
+    shape, dtype = input_spec(model, batch_size, image_size, any_size)
     backend = keras.backend.backend()
     if backend not in ("tensorflow", "jax"):
         raise ValueError(
@@ -146,3 +173,8 @@ def rebuild_on_tensorflow(model, command, **arguments):
             )
         with open(result_path) as f:
             return json.load(f)
+
+
+def takes_any_size(model):
+    """Whether the model was built for images of any size (`(None, None, C)`)."""
+    return None in tuple(model.inputs[0].shape[1:3])

@@ -89,12 +89,12 @@ def _run_converter(tf, converter, quantization):
     return debugger.get_nondebug_quantized_model()
 
 
-def _convert(model, quantization, calibration, allow_flex):
+def _convert(model, quantization, calibration, allow_flex, image_size=None):
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_tflite_") as directory:
         # A static batch of one: TFLite's kernels and delegates want static shapes.
-        graph.write_archive(model, directory, batch_size=1)
+        graph.write_archive(model, directory, batch_size=1, image_size=image_size)
         converter = tf.lite.TFLiteConverter.from_saved_model(directory, signature_keys=["serve"])
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantization is not None:
@@ -177,11 +177,14 @@ def tflite(
     class_names=None,
     overwrite=False,
     allow_flex=False,
+    image_size=None,
 ):
     """Converts `model` to a TFLite / LiteRT flatbuffer.
 
     Args:
-        model: a Keras image classifier with one fixed-size image input.
+        model: a Keras image classifier with one image input. LiteRT runs
+            static shapes: a model of any size (`input_shape=(None, None,
+            C)`) is converted at `image_size`, which it needs.
         path: the `.tflite` file to write (and `<name>.json` beside it).
         quantization: `None` (float32), `"float16"` (weights), `"dynamic"`
             (int8 weights, activations quantised on the fly), `"int8"`
@@ -200,6 +203,9 @@ def tflite(
         overwrite: bool, replace an existing file.
         allow_flex: bool, allow Select-TF (Flex) ops; off by default, so a
             graph the plain LiteRT runtime cannot run fails here, loudly.
+        image_size: int or `(height, width)`, the size to convert a model of
+            any size at (a multiple of its patch size); a fixed-size
+            model's own.
 
     Returns:
         dict: `path`, `metadata_path`, `bytes`, `quantization`, `op_counts`.
@@ -216,7 +222,8 @@ def tflite(
         raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
     if os.path.exists(path) and not overwrite:
         raise ValueError(f"{path!r} exists; pass `overwrite=True` (`--overwrite`) to replace it.")
-    (_, *image_shape), _ = graph.input_spec(model)
+    (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
+    image_size = image_shape[:2]
     classes = model.outputs[0].shape[-1]
     if class_names is not None:
         from keras_vit.export.saved_model import _check_class_names
@@ -234,14 +241,14 @@ def tflite(
         # jax2tf graphs hold XLA calls that TFLite cannot convert: rebuild on TF.
         with tempfile.TemporaryDirectory(prefix="keras_vit_calibration_") as directory:
             arguments = dict(path=path, quantization=quantization, class_names=class_names,
-                             overwrite=overwrite, allow_flex=allow_flex)
+                             overwrite=overwrite, allow_flex=allow_flex, image_size=image_size)
             if calibration is not None:
                 arguments["representative_data"] = os.path.join(directory, "images.npy")
                 np.save(arguments["representative_data"], calibration)
                 arguments["calibration_count"] = len(calibration)
             return graph.rebuild_on_tensorflow(model, "tflite", **arguments)
 
-    content = _convert(model, quantization, calibration, allow_flex)
+    content = _convert(model, quantization, calibration, allow_flex, image_size)
     counts = op_counts(content)
     flex = sorted(name for name in counts if name.startswith("Flex") or name == "CUSTOM")
     if flex and not allow_flex:

@@ -33,8 +33,17 @@ def _check_class_names(class_names, classes):
     return list(class_names)
 
 
+def _bytes_image_size(model, image_size):
+    """The size `serving_bytes` resizes to: the model's, or the one asked of a model of any size."""
+    from keras_vit.models import default_image_size
+
+    (_, height, width, _), _ = graph.input_spec(
+        model, image_size=image_size or default_image_size(model))
+    return height, width
+
+
 def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_image_pixels=None,
-                     max_image_bytes=None):
+                     max_image_bytes=None, image_size=None):
     """What a client needs to prepare inputs and read outputs, as a dict.
 
     Written into the SavedModel as `assets.extra/keras_vit.json`.
@@ -44,7 +53,9 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
 
     max_image_pixels, max_image_bytes = image_limits.resolve_limits(max_image_pixels,
                                                                     max_image_bytes)
-    (_, height, width, channels), _ = graph.input_spec(model)
+    height, width = _bytes_image_size(model, image_size)
+    channels = model.inputs[0].shape[-1]
+    any_size = graph.takes_any_size(model)
     classes = model.outputs[0].shape[-1]
     return {
         "format": "keras_vit.saved_model/1",
@@ -52,9 +63,13 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
         "keras_vit_version": keras_vit.__version__,
         "exported_from_backend": keras.backend.backend(),
         "image_size": [height, width],
+        "any_image_size": any_size,
         "channels": channels,
         "float_input": "serving_default: float32 (batch, height, width, channels), "
-        "RGB (or grey) pixels in [0, 255]; the model rescales them itself",
+        "RGB (or grey) pixels in [0, 255]; the model rescales them itself"
+        + ("; any height and width that are multiples of the patch size (one size "
+           "per request); image_size is the size serving_bytes resizes to"
+           if any_size else ""),
         "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP bytes; "
         "decoded, resized (bilinear) and centre-cropped in the graph; images whose "
         "header declares more than max_image_pixels pixels, or longer than "
@@ -72,7 +87,7 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
 
 
 def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_image_pixels=None,
-                   max_image_bytes=None):
+                   max_image_bytes=None, image_size=None):
     """A `tf.Module` with the two serving signatures around `model`.
 
     `serving_default(images)` takes float32 pixels `(batch, H, W, C)` in
@@ -82,14 +97,17 @@ def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_imag
     request) images above `max_image_pixels` / `max_image_bytes` before
     decoding them (`keras_vit.data.image_limits`). Both return
     `probabilities`, `top_k_scores` and `top_k_classes` (and `top_k_names`
-    when class names are given).
+    when class names are given). A model of run-time resolution serves
+    `serving_default` at any size, and `serving_bytes` resizes to
+    `image_size` (default: the size its position table is laid out for).
     """
     import tensorflow as tf
 
     from keras_vit.data.pipelines import decode_for_eval
 
-    call = graph.model_function(model)
-    (_, height, width, channels), _ = graph.input_spec(model)
+    call = graph.model_function(model, any_size=True)
+    height, width = _bytes_image_size(model, image_size)
+    (_, model_height, model_width, channels), _ = graph.input_spec(model, any_size=True)
     softmax_inside = graph.outputs_probabilities(model)
     classes = model.outputs[0].shape[-1]
     k = min(top_k, classes)
@@ -110,7 +128,7 @@ def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_imag
         return result
 
     @tf.function(input_signature=[
-        tf.TensorSpec((None, height, width, channels), tf.float32, name="images")
+        tf.TensorSpec((None, model_height, model_width, channels), tf.float32, name="images")
     ])
     def serving_default(images):
         return outputs(images)
@@ -187,6 +205,7 @@ def saved_model(
     warmup=True,
     max_image_pixels=None,
     max_image_bytes=None,
+    image_size=None,
 ):
     """Exports `model` for TF Serving into `MODEL_DIR/<version>/`.
 
@@ -203,7 +222,9 @@ def saved_model(
     warm-up requests in `assets.extra/tf_serving_warmup_requests`.
 
     Args:
-        model: a Keras image classifier with one fixed-size image input.
+        model: a Keras image classifier with one image input: of a fixed
+            size, or of any size (`input_shape=(None, None, C)`), whose
+            `serving_default` then takes `(-1, -1, -1, C)` images.
         export_dir: the model directory (`serving/vit`, the next version is
             used), or a version directory (`serving/vit/3`).
         version: int, the version, when `export_dir` is the model directory.
@@ -215,6 +236,9 @@ def saved_model(
         max_image_pixels, max_image_bytes: `serving_bytes` refuses images
             whose header declares more pixels, or with more bytes, before
             decoding them (default: `keras_vit.data.image_limits`'s).
+        image_size: int or `(height, width)`, the size `serving_bytes`
+            resizes images to, for a model of any size (default: the size
+            its position table is laid out for); a fixed-size model's own.
 
     Returns:
         The version directory written, as a str.
@@ -231,7 +255,8 @@ def saved_model(
     classes = model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
     if not isinstance(model, keras.Model) or classes is None:
         raise TypeError(f"`model` must be a built Keras model. Received: model={model!r}")
-    graph.input_spec(model)
+    graph.input_spec(model, image_size=image_size, any_size=True)
+    bytes_size = list(_bytes_image_size(model, image_size))
     class_names = _check_class_names(class_names, classes)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise ValueError(f"`top_k` must be a positive int. Received: top_k={top_k!r}")
@@ -251,16 +276,20 @@ def saved_model(
         )
     if os.path.exists(version_dir) and not os.path.isdir(version_dir):
         raise ValueError(f"{version_dir!r} exists and is not a directory.")
-    if keras.backend.backend() not in ("tensorflow", "jax"):
+    backend = keras.backend.backend()
+    # jax2tf would need shape polymorphism for a model of any size: rebuilt on TF.
+    if backend != "tensorflow" and (backend != "jax" or graph.takes_any_size(model)):
         return graph.rebuild_on_tensorflow(
             model, "saved_model", export_dir=version_dir, class_names=class_names,
             crop_fraction=crop_fraction, top_k=top_k, overwrite=overwrite, warmup=warmup,
             max_image_pixels=max_image_pixels, max_image_bytes=max_image_bytes,
+            image_size=bytes_size,
         )
 
     import tensorflow as tf
 
-    limits = {"max_image_pixels": max_image_pixels, "max_image_bytes": max_image_bytes}
+    limits = {"max_image_pixels": max_image_pixels, "max_image_bytes": max_image_bytes,
+              "image_size": bytes_size}
     module = serving_module(model, class_names, crop_fraction, top_k, **limits)
     metadata = serving_metadata(model, class_names, crop_fraction, top_k, **limits)
     os.makedirs(model_dir, exist_ok=True)
@@ -279,8 +308,7 @@ def saved_model(
         with open(os.path.join(extra, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
         if warmup:
-            (_, height, width, channels), _ = graph.input_spec(model)
-            _write_warmup(os.path.join(extra, WARMUP_FILE), height, width, channels)
+            _write_warmup(os.path.join(extra, WARMUP_FILE), *bytes_size, model.inputs[0].shape[-1])
         if os.path.isdir(version_dir):
             replaced = version_dir + ".replaced"
             os.rename(version_dir, replaced)
@@ -344,7 +372,9 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
 
             from keras_vit.data.pipelines import decode_for_eval
 
-            (_, height, width, channels), _ = graph.input_spec(model)
+            with open(os.path.join(version_dir, "assets.extra", METADATA_FILE)) as f:
+                height, width = json.load(f)["image_size"]  # what serving_bytes resizes to
+            channels = model.inputs[0].shape[-1]
             try:
                 decoded = np.stack([
                     decode_for_eval(tf.constant(e), (height, width), channels, crop_fraction)

@@ -196,6 +196,46 @@ def test_tflite_rejects_bad_arguments(trained, tmp_path):
                                 representative_data=np.zeros((4, 16, 16, 3)))
 
 
+@pytest.fixture(scope="module")
+def any_size(trained):
+    """The trained model rebuilt for images of any size (its table laid out for 28x28)."""
+    model = keras_vit.VisionTransformer(**{**SMALL, "input_shape": (None, None, 1)},
+                                        base_image_size=28, name="fashion_vit_any_size")
+    model.set_weights(trained.get_weights())
+    return model
+
+
+def test_a_model_of_any_size_serves_every_size_and_converts_at_a_named_one(
+    any_size, fashion, tmp_path
+):
+    _, _, test_images = fashion
+    path = keras_vit.export.saved_model(any_size, tmp_path / "vit", warmup=True)
+    report = keras_vit.export.check_saved_model(
+        path, any_size, test_images[:50], encoded_images(test_images))
+    assert report["errors"] == {}, report
+    for signature in ("serving_default", "serving_bytes"):
+        assert report[signature]["max_abs_error"] < 1e-5, report
+    assert "images: float32 (-1, -1, -1, 1)" in report["signatures"]
+    metadata = json.load(open(os.path.join(path, "assets.extra", "keras_vit.json")))
+    assert metadata["image_size"] == [28, 28] and metadata["any_image_size"] is True
+    # Another size through the served graph: the Keras model's numbers.
+    loaded = tf.saved_model.load(path)
+    larger = tf.image.resize(test_images[:8], (56, 40)).numpy()
+    served = loaded.signatures["serving_default"](images=tf.constant(larger))["probabilities"]
+    expected = tf.nn.softmax(any_size.predict(larger, verbose=0)).numpy()
+    np.testing.assert_allclose(served.numpy(), expected, atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"multiples of the patch size"):
+        loaded.signatures["serving_default"](images=tf.zeros((1, 30, 28, 1)))
+    # LiteRT runs static shapes: a named size, or a message saying how.
+    with pytest.raises(ValueError, match=r"name the size.*image_size=\(224, 224\)"):
+        keras_vit.export.tflite(any_size, tmp_path / "vit.tflite")
+    keras_vit.export.tflite(any_size, tmp_path / "vit.tflite", image_size=(56, 40))
+    report = keras_vit.export.check_tflite(tmp_path / "vit.tflite", any_size, larger,
+                                           latency_runs=2)
+    assert report["max_abs_error"] <= 1e-4, report
+    assert json.load(open(tmp_path / "vit.json"))["image_size"] == [56, 40]
+
+
 def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion, tmp_path, capsys):
     from keras_vit.cli import main
 
