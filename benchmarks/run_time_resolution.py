@@ -4,8 +4,9 @@ A ViT built with `input_shape=(None, None, 3)` resamples its position
 table inside the graph for every batch; a fixed-size model has it resampled
 once, at load time. This measures ViT-B/16 inference (random weights) both
 ways at 224 and 384 px, on each backend asked, each backend in a fresh
-process: per round, each size, the fixed model then the dynamic one
-(`predict_on_batch` after warm-up, so both run their compiled function),
+process: per round, each size, the fixed model and the dynamic one, taking
+turns to go first (`predict_on_batch` after warm-up, so both run their
+compiled function),
 medians over rounds. It also checks that both give the same numbers, and
 prints the backend's fp32 GEMM rate of the day beside the times.
 
@@ -59,7 +60,7 @@ def measure(config, rounds, batch):
             arguments["base_image_size"] = config["base"]
         if config["variant"] == "tiny":
             return keras_vit.VisionTransformer(**TINY, **arguments)
-        return keras_vit.BUILDERS[config["variant"]](**arguments)
+        return keras_vit.models.BUILDERS[config["variant"]](**arguments)
 
     keras.utils.set_random_seed(0)
     dynamic = build((None, None, 3))
@@ -78,9 +79,10 @@ def measure(config, rounds, batch):
         b = np.asarray(model.predict_on_batch(images[size]))  # also the warm-ups
         agreement[size] = float(np.abs(a - b).max())
     times = {size: {"fixed": [], "dynamic": []} for size in config["sizes"]}
-    for _ in range(rounds):
+    for round_ in range(rounds):
         for size in config["sizes"]:
-            for kind, model in (("fixed", fixed[size]), ("dynamic", dynamic)):
+            order = (("fixed", fixed[size]), ("dynamic", dynamic))
+            for kind, model in order[:: 1 if round_ % 2 == 0 else -1]:  # who goes first alternates
                 start = time.perf_counter()
                 np.asarray(model.predict_on_batch(images[size]))
                 times[size][kind].append(time.perf_counter() - start)
