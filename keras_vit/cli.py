@@ -274,7 +274,7 @@ def _evaluate(args):
 
     try:
         model, _ = _load_run_model(args.model)
-        height, width, channels = model.input_shape[1:]
+        height, width, channels = _image_shape(model)
         dataset, options = _run_data(args)
         if "validation_split" not in options and os.path.isdir(str(dataset)) \
                 and vit_data.folder_layout(dataset)["flat"]:
@@ -378,7 +378,7 @@ def _predict(args):
             from keras_vit.export.graph import outputs_probabilities
 
             model, class_names = _load_run_model(args.model)
-            height, width, channels = model.input_shape[1:]
+            height, width, channels = _image_shape(model)
             runner = lambda images: model.predict(images, verbose=0)  # noqa: E731
             outputs_logits = not outputs_probabilities(model)
     except ValueError as error:
@@ -396,14 +396,26 @@ def _predict(args):
     return 0 if len(paths) == len(args.images) else 1
 
 
-def _dataset_images(model, dataset, split, count, options):
+def _image_shape(model, image_size=None):
+    """`(height, width, channels)` the CLI feeds `model`: its own, or for a model of any
+    size `image_size` (else the size its position table is laid out for)."""
+    from keras_vit.models import default_image_size
+
+    size = (image_size, image_size) if image_size else default_image_size(model)
+    if None not in model.input_shape[1:3]:
+        size = model.input_shape[1:3]
+    return (*size, model.input_shape[3])
+
+
+def _dataset_images(model, dataset, split, count, options, image_size=None):
     """`count` evaluation-view images (float array) of a dataset split, at the model's input size."""
     from keras_vit import data as vit_data
     from keras_vit.export.litert import calibration_images
 
-    loaded = vit_data.load(dataset, split, image_size=model.input_shape[1:3],
-                           channels=model.input_shape[3], batch_size=min(count, 256), **options)
-    return calibration_images(loaded.data, model.input_shape[1:], count)
+    shape = _image_shape(model, image_size)
+    loaded = vit_data.load(dataset, split, image_size=shape[:2], channels=shape[2],
+                           batch_size=min(count, 256), **options)
+    return calibration_images(loaded.data, shape, count)
 
 
 def _has_test_split(dataset):
@@ -419,7 +431,7 @@ def _export(args):
     from keras_vit.export.saved_model import SIGNATURES
 
     try:
-        if args.format == "saved_model" and args.quantize != "none":
+        if args.format != "tflite" and args.quantize != "none":
             raise ValueError("--quantize applies to --format tflite only")
         model, class_names = _load_run_model(args.model)
         dataset, data_options = _run_data(args)
@@ -427,7 +439,12 @@ def _export(args):
         if args.format == "saved_model":
             output = args.output or os.path.join(run_dir, "serving", model.name)
             path = export.saved_model(model, output, class_names=class_names,
-                                      top_k=args.top_k, overwrite=args.overwrite)
+                                      top_k=args.top_k, overwrite=args.overwrite,
+                                      image_size=args.image_size)
+        elif args.format == "onnx":
+            output = args.output or os.path.join(run_dir, "model.onnx")
+            path = export.onnx(model, output, image_size=args.image_size,
+                               class_names=class_names, overwrite=args.overwrite)["path"]
         else:
             suffix = "" if args.quantize == "none" else f"_{args.quantize}"
             output = args.output or os.path.join(run_dir, f"model{suffix}.tflite")
@@ -435,11 +452,13 @@ def _export(args):
             if args.quantize in ("int8", "int8_full"):
                 # The representative data comes from the training split.
                 calibration = _dataset_images(model, dataset, "train",
-                                              args.calibration_images, data_options)
+                                              args.calibration_images, data_options,
+                                              args.image_size)
             result = export.tflite(model, output, quantization=args.quantize,
                                    representative_data=calibration,
                                    calibration_count=args.calibration_images,
-                                   class_names=class_names, overwrite=args.overwrite)
+                                   class_names=class_names, overwrite=args.overwrite,
+                                   image_size=args.image_size)
             path = result["path"]
     except (ValueError, TypeError) as error:
         _fail("export", error)
@@ -448,7 +467,8 @@ def _export(args):
         return 0
     check_split = "train" if dataset != "fashion_mnist" and "validation_split" not in \
         data_options and not _has_test_split(dataset) else "test"
-    images = _dataset_images(model, dataset, check_split, args.check_images, data_options)
+    images = _dataset_images(model, dataset, check_split, args.check_images, data_options,
+                             args.image_size if args.format != "saved_model" else None)
     if args.format == "saved_model":
         import tensorflow as tf
 
@@ -462,6 +482,14 @@ def _export(args):
                 print(f"{signature}: max abs error {numbers['max_abs_error']:.2e}, "
                       f"top-1 agreement {numbers['top1_agreement']:.2%} "
                       "(TensorFlow-only process, PredictRequest)")
+    elif args.format == "onnx":
+        print(f"checking the export in ONNX Runtime (a process without Keras) on "
+              f"{len(images)} images")
+        report = export.check_onnx(path, model, images, verbose=_progress())
+        print(f"ONNX Runtime: {report['bytes'] / 1e6:.2f} MB, max abs error "
+              f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
+              f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
+              "(2 threads)")
     else:
         print(f"checking the export in LiteRT on {len(images)} images")
         report = export.check_tflite(path, model, images, verbose=_progress())
@@ -485,7 +513,7 @@ def _inspect(args):
             raise ValueError(f"{args.model}: {error}") from None
     except ValueError as error:
         _fail("inspect", error)
-    paths, images = _read_images("inspect", args.images, *model.input_shape[1:],
+    paths, images = _read_images("inspect", args.images, *_image_shape(model),
                                  args.max_image_pixels)
     if images is None:
         _fail("inspect", "no image could be read")
@@ -739,23 +767,30 @@ def build_parser():
 
     export = command(
         "export",
-        help="export a saved model for TF Serving (SavedModel) or the edge (TFLite)",
+        help="export a saved model for TF Serving (SavedModel), the edge (TFLite) or ONNX",
         description=(
             "Exports MODEL (a .keras file; class_names.json beside it is used) "
             "as a TF Serving SavedModel in OUTPUT/<version>/ (float and "
-            "encoded-image signatures) or as a .tflite file (with a .json "
-            "beside it), then checks the export against the Keras model on "
-            "images of --dataset: the SavedModel in a TensorFlow-only process "
-            "through PredictRequest protos, the .tflite in the LiteRT interpreter."
+            "encoded-image signatures), as a .tflite file or as an .onnx file "
+            "(each with a .json beside it), then checks the export against the "
+            "Keras model on images of --dataset: the SavedModel in a "
+            "TensorFlow-only process through PredictRequest protos, the .tflite "
+            "in the LiteRT interpreter, the .onnx in ONNX Runtime in a process "
+            "without Keras."
         ),
     )
     export.add_argument("model", metavar="MODEL", help="a .keras file")
-    export.add_argument("--format", choices=("saved_model", "tflite"), default="saved_model",
-                        help="TF Serving SavedModel or TFLite / LiteRT file")
+    export.add_argument("--format", choices=("saved_model", "tflite", "onnx"),
+                        default="saved_model",
+                        help="TF Serving SavedModel, TFLite / LiteRT file or ONNX file")
+    export.add_argument("--image-size", type=_positive_int, default=None,
+                        help="for a model of any image size: the size to export a .tflite "
+                             "or .onnx at, or that serving_bytes resizes to")
     export.add_argument("--quantize", choices=("none", "float16", "dynamic", "int8", "int8_full"),
                         default="none", help="TFLite quantisation")
     export.add_argument("--output", default=None,
-                        help="default: MODEL's folder, serving/NAME/ or model[_QUANT].tflite")
+                        help="default: MODEL's folder, serving/NAME/, model[_QUANT].tflite "
+                             "or model.onnx")
     export.add_argument("--top-k", type=_positive_int, default=5,
                         help="classes in the SavedModel's top-k outputs")
     export.add_argument("--dataset", default=None,

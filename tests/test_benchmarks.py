@@ -210,3 +210,20 @@ def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(t
         assert row["fixed_ms"] > 0 and row["dynamic_ms"] > 0
         assert row["max_abs_difference"] < 1e-4, row  # the same numbers either way
     assert "overhead" in done.stdout
+
+
+def test_export_latency_quick_run_measures_keras_onnx_and_litert():
+    if BACKEND != "tensorflow":
+        pytest.skip("one backend is enough: exports from the others rebuild on TensorFlow")
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "export_latency.py"), "--quick",
+         "--modes", "keras", "onnx", "none"],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {row["mode"]: row for row in map(json.loads, done.stdout.strip().splitlines())}
+    assert set(rows) == {"keras", "onnx", "none"}
+    assert all(row["latency_ms"] > 0 for row in rows.values())
+    for mode in ("onnx", "none"):
+        assert rows[mode]["max_abs_error"] < 1e-4, rows[mode]

@@ -1,8 +1,9 @@
-"""Deployment: SavedModel for TF Serving and TFLite / LiteRT for the edge.
+"""Deployment: SavedModel for TF Serving, TFLite / LiteRT for the edge, and ONNX.
 
 ```python
 keras_vit.export.saved_model(model, "serving/vit", class_names=names)  # serving/vit/1
 keras_vit.export.tflite(model, "vit.tflite", quantization="dynamic")
+keras_vit.export.onnx(model, "vit.onnx")                                 # ONNX Runtime
 ```
 """
 
@@ -14,3 +15,4 @@ from keras_vit.export.litert import (
     op_counts,
     tflite,
 )
+from keras_vit.export.onnx_file import check_onnx, onnx

@@ -236,6 +236,51 @@ def test_a_model_of_any_size_serves_every_size_and_converts_at_a_named_one(
     assert json.load(open(tmp_path / "vit.json"))["image_size"] == [56, 40]
 
 
+def test_onnx_runs_in_onnx_runtime_without_keras_and_agrees_with_keras(trained, fashion, tmp_path):
+    _, _, test_images = fashion
+    path = tmp_path / "onnx" / "vit.onnx"
+    result = keras_vit.export.onnx(trained, path, class_names=CLASS_NAMES)
+    assert result["path"] == str(path) and result["bytes"] == os.path.getsize(path)
+    report = keras_vit.export.check_onnx(path, trained, test_images[:256], latency_runs=5)
+    assert report["keras_imported"] is False
+    assert report["input"] == {"name": "images", "shape": [-1, 28, 28, 1]}  # dynamic batch
+    assert report["max_abs_error"] <= 1e-4, report
+    assert report["top1_agreement"] == 1.0, report
+    assert report["latency_ms"] > 0
+    metadata = json.load(open(tmp_path / "onnx" / "vit.json"))
+    assert metadata["output"] == "logits" and metadata["class_names"] == list(CLASS_NAMES)
+    assert metadata["image_size"] == [28, 28] and metadata["opset"] >= 13
+
+
+def test_onnx_rejects_bad_arguments_and_keeps_what_exists(trained, any_size, tmp_path):
+    path = tmp_path / "vit.onnx"
+    with pytest.raises(ValueError, match=r"must end in '.onnx'"):
+        keras_vit.export.onnx(trained, tmp_path / "vit.pb")
+    with pytest.raises(ValueError, match="opset=7"):
+        keras_vit.export.onnx(trained, path, opset=7)
+    with pytest.raises(ValueError, match=r"takes 28x28 images only. Received: image_size=32"):
+        keras_vit.export.onnx(trained, path, image_size=32)
+    # A model of any size: ONNX Runtime would crop a wrong size silently, so a named size.
+    with pytest.raises(ValueError, match=r"name the size.*image_size=\(224, 224\)"):
+        keras_vit.export.onnx(any_size, path)
+    path.write_bytes(b"earlier")
+    with pytest.raises(ValueError, match="exists; pass `overwrite=True`"):
+        keras_vit.export.onnx(trained, path)
+    assert path.read_bytes() == b"earlier"
+    assert sorted(os.listdir(tmp_path)) == ["vit.onnx"]  # nothing half-written beside it
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="one full-size conversion is enough")
+def test_onnx_of_vit_ti16_agrees_with_keras(tmp_path):
+    model = keras_vit.ViTTi16(classes=10, classifier_activation=None)
+    head = model.get_layer("head").kernel  # random, not zero: the logits must differ
+    head.assign(np.random.default_rng(0).normal(0, 0.05, head.shape).astype("float32"))
+    images = np.random.default_rng(1).uniform(0, 255, (16, 224, 224, 3)).astype("float32")
+    keras_vit.export.onnx(model, tmp_path / "ti16.onnx")
+    report = keras_vit.export.check_onnx(tmp_path / "ti16.onnx", model, images, latency_runs=3)
+    assert report["max_abs_error"] <= 1e-4 and report["top1_agreement"] == 1.0, report
+
+
 def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion, tmp_path, capsys):
     from keras_vit.cli import main
 
@@ -264,8 +309,15 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     expected = CLASS_NAMES[int(np.argmax(trained.predict(test_images[:1], verbose=0)))]
     assert lines[0] == str(image) and lines[1].split()[0] == expected.split()[0]
 
+    assert main(["export", model, "--format", "onnx", "--check-images", "32"]) == 0
+    printed = capsys.readouterr().out
+    assert f"exported onnx to {run / 'model.onnx'}" in printed
+    assert re.search(r"ONNX Runtime: [0-9.]+ MB, max abs error .* top-1 agreement 100.00%",
+                     printed), printed
+
     for arguments, message in (
         (["--quantize", "int8"], "--quantize applies to --format tflite only"),
+        (["--format", "onnx", "--quantize", "dynamic"], "--quantize applies to --format tflite"),
         (["--format", "tflite", "--quantize", "dynamic"], "exists; pass --overwrite"),
     ):
         with pytest.raises(SystemExit, match=message):
