@@ -60,3 +60,57 @@ def weights_by_path(layer):
         w.path[len(prefix):]: ops.convert_to_numpy(w).astype("float64")
         for w in layer.weights
     }
+
+
+def _timm_linear(x, tensors, name):
+    return x @ tensors[name + ".weight"].T + tensors[name + ".bias"]
+
+
+def timm_attention(query_tokens, tokens, q, kv, proj, heads):
+    """timm's attention with separate `q`/`kv` Linear layers (`(fn, name)` pairs)."""
+    batch, queries, dim = query_tokens.shape
+    head_dim = dim // heads
+    q = q(query_tokens).reshape(batch, queries, heads, head_dim).transpose(0, 2, 1, 3)
+    kv = kv(tokens).reshape(batch, tokens.shape[1], 2, heads, head_dim).transpose(2, 0, 3, 1, 4)
+    probs = softmax(q @ kv[0].swapaxes(-1, -2) * head_dim**-0.5)
+    return proj((probs @ kv[1]).transpose(0, 2, 1, 3).reshape(batch, queries, dim))
+
+
+def timm_attention_pool(tokens, t, heads, prefix="attn_pool.", eps=1e-6):
+    """timm's `AttentionPoolLatent.forward` (latent_len 1, pool "token"), from its tensors."""
+    latent = np.broadcast_to(t[prefix + "latent"], (len(tokens),) + t[prefix + "latent"].shape[1:])
+    x = timm_attention(
+        latent, tokens,
+        q=lambda h: _timm_linear(h, t, prefix + "q"),
+        kv=lambda h: _timm_linear(h, t, prefix + "kv"),
+        proj=lambda h: _timm_linear(h, t, prefix + "proj"), heads=heads)
+    h = layer_norm(x, t[prefix + "norm.weight"], t[prefix + "norm.bias"], eps)
+    h = _timm_linear(gelu(_timm_linear(h, t, prefix + "mlp.fc1"), approximate=False), t,
+                     prefix + "mlp.fc2")
+    return (x + h)[:, 0]
+
+
+def timm_vit_map(images, t, heads, patch, eps=1e-6):
+    """timm's `VisionTransformer(class_token=False, global_pool="map")` forward, from its tensors.
+
+    `images` are `(batch, H, W, C)` floats as the network sees them.
+    """
+    batch, height, width, channels = images.shape
+    kernel = t["patch_embed.proj.weight"]  # (D, C, p, p)
+    grid = images.reshape(batch, height // patch, patch, width // patch, patch, channels)
+    x = np.einsum("bipjqc,dcpq->bijd", grid, kernel).reshape(batch, -1, kernel.shape[0])
+    x = x + t["patch_embed.proj.bias"] + t["pos_embed"]
+    depth = 1 + max(int(n.split(".")[1]) for n in t if n.startswith("blocks."))
+    for i in range(depth):
+        p = f"blocks.{i}."
+        h = layer_norm(x, t[p + "norm1.weight"], t[p + "norm1.bias"], eps)
+        qkv = _timm_linear(h, t, p + "attn.qkv").reshape(batch, x.shape[1], 3, heads, -1)
+        q, k, v = qkv.transpose(2, 0, 3, 1, 4)
+        probs = softmax(q @ k.swapaxes(-1, -2) * q.shape[-1] ** -0.5)
+        o = (probs @ v).transpose(0, 2, 1, 3).reshape(x.shape)
+        x = x + _timm_linear(o, t, p + "attn.proj")
+        h = layer_norm(x, t[p + "norm2.weight"], t[p + "norm2.bias"], eps)
+        x = x + _timm_linear(gelu(_timm_linear(h, t, p + "mlp.fc1"), approximate=False), t,
+                             p + "mlp.fc2")
+    x = layer_norm(x, t["norm.weight"], t["norm.bias"], eps)
+    return _timm_linear(timm_attention_pool(x, t, heads), t, "head")

@@ -1,5 +1,6 @@
 """Keras layers of the Vision Transformer; `keras.ops` only, every backend."""
 
+from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
 from keras_vit.layers.layer_norm import LayerNormalization
@@ -20,6 +21,7 @@ from keras_vit.layers.token_selection import SelectTokens
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
+    "AttentionPooling",
     "ClassToken",
     "ConvStem",
     "LayerNormalization",

@@ -14,7 +14,7 @@ from keras_vit.models.variants import (
     variant_name,
 )
 
-POOLINGS = ("token", "gap", "token_gap")
+POOLINGS = ("token", "gap", "token_gap", "map")
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
 
 
@@ -252,7 +252,10 @@ def VisionTransformer(
             and `resample_method`); a size that is not a multiple is an
             error naming it when the images arrive.
         pooling: default the checkpoint's, else `"token"`: `"token"` (class token), `"gap"` (mean of patch tokens),
-            `"token_gap"` (both, concatenated, as DINOv2's classifiers), or
+            `"token_gap"` (both, concatenated, as DINOv2's classifiers),
+            `"map"` (multihead attention pooling: a learned probe attends
+            over the patch tokens, then an MLP, as big_vision's MAPHead and
+            timm's `global_pool="map"`; layer `map_head`), or
             `None` with `include_top=False` to output every token.
         classes: int, the number of classes of the head.
         classifier_activation: activation of the head (`"softmax"`, or
@@ -478,10 +481,17 @@ def VisionTransformer(
         epsilon=layer_norm_epsilon, name="encoder_norm"
     )(x)
     tokens = x
-    if pooling is not None:
+    if pooling == "map":
+        x = vit_layers.AttentionPooling(
+            num_heads, mlp_dim, num_prefix_tokens=num_prefix_tokens,
+            approximate_gelu=approximate_gelu, layer_norm_epsilon=layer_norm_epsilon,
+            name="map_head",
+        )(tokens)
+    elif pooling is not None:
         x = vit_layers.TokenPooling(
             pooling, num_prefix_tokens=num_prefix_tokens, name="pooling"
         )(tokens)
+    if pooling is not None:
         if representation_size:
             x = keras.layers.Dense(
                 representation_size, activation="tanh", name="pre_logits"

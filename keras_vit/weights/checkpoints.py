@@ -301,6 +301,8 @@ def _timm(tensors, num_heads):
             out[name.split(".")[0] + "/kernel"] = _linear(value)
         elif name == "pre_logits.fc.weight":
             out["pre_logits/kernel"] = _linear(value)
+        elif name.startswith("attn_pool."):
+            out.update(_timm_attention_pool(name[len("attn_pool."):], value, num_heads))
         match = re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias|gamma)", name)
         if not match:
             continue
@@ -322,6 +324,29 @@ def _timm(tensors, num_heads):
             target = "mlp_dense_1" if module.endswith("1") else "mlp_dense_2"
             out.update(_dense(prefix + target, param, value))
     return out
+
+
+def _timm_attention_pool(name, value, num_heads):
+    """timm's `AttentionPoolLatent` (`attn_pool.*`) -> keras_vit's `map_head/*`."""
+    if name == "latent":
+        return {"map_head/probe": value}
+    module, param = name.rsplit(".", 1)
+    if module in ("q", "kv", "proj"):
+        target = {"q": "query", "kv": "key_value", "proj": "out"}[module]
+        if module == "proj":
+            shape = (num_heads, -1, value.shape[0]) if param == "weight" else (-1,)
+        else:
+            parts = () if module == "q" else (2,)
+            shape = ((value.shape[-1],) if param == "weight" else ()) + parts + (num_heads, -1)
+        value = _linear(value) if param == "weight" else value
+        return {f"map_head/{target}_{'kernel' if param == 'weight' else 'bias'}":
+                value.reshape(shape)}
+    if module == "norm":
+        return _norm("map_head/norm", param, value)
+    if module in ("mlp.fc1", "mlp.fc2"):
+        return _dense("map_head/mlp_dense_" + module[-1], param, value)
+    raise ValueError(f"timm attention pool tensor {'attn_pool.' + name!r} has no place "
+                     "in keras_vit's MAP head (e.g. a latent length above 1 or q/k norms).")
 
 
 def _keras_vit(tensors, num_heads):
@@ -376,7 +401,7 @@ def _keras_vit_arguments(path, arguments):
         arguments["stem_filters"] = tuple(configs["stem"]["filters"])
         arguments["stem_strides"] = tuple(configs["stem"].get("strides") or ()) or None
     pooling = configs.get("pooling")
-    arguments["pooling"] = pooling["mode"] if pooling else None
+    arguments["pooling"] = "map" if "map_head" in configs else pooling["mode"] if pooling else None
     rescaling = configs.get("rescaling")
     arguments["include_rescaling"] = rescaling is not None
     if rescaling is not None:
@@ -572,7 +597,7 @@ def infer_architecture(path, tensors, num_heads=None):
         "num_register_tokens": (
             int(shapes["register_tokens/tokens"].shape[1]) if "register_tokens/tokens" in shapes else 0
         ),
-        "pooling": "token" if class_token else "gap",
+        "pooling": "map" if "map_head/probe" in shapes else "token" if class_token else "gap",
         "include_top": "head/kernel" in shapes,
         "representation_size": (
             int(shapes["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in shapes else None

@@ -1,0 +1,150 @@
+"""Multihead attention pooling (MAP): a learned probe attends over the tokens."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.gelu import GeluDense
+from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.multi_head_self_attention import _projection_initializer
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AttentionPooling(keras.layers.Layer):
+    """Pools a token sequence with a learned query (MAP head).
+
+    The pooling of big_vision's `MAPHead` and timm's `AttentionPoolLatent`
+    (SigLIP, and ViTs trained with `global_pool="map"`): one learned probe
+    token attends over the tokens with multi-head attention, and a pre-norm
+    MLP with a residual connection follows:
+
+        x = Attention(query=probe, keys=values=tokens)
+        x = x + MLP(LayerNorm(x))
+
+    Prefix tokens (class, distillation, registers) are left out of the keys,
+    as timm does by default.
+
+    Args:
+        num_heads: int, attention heads.
+        mlp_dim: int, the hidden width of the MLP.
+        num_prefix_tokens: int, leading tokens the probe does not attend
+            to. Defaults to 0.
+        approximate_gelu: bool, tanh GELU (`True`) or exact (`False`).
+            Defaults to `False` (timm's).
+        layer_norm_epsilon: float. Defaults to 1e-6.
+        kernel_initializer: initializer of the projections and the MLP.
+            Defaults to `"glorot_uniform"` (big_vision's `xavier_uniform`).
+        **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
+
+    Call arguments:
+        inputs: tokens `(batch, tokens, hidden_dim)`.
+
+    Returns:
+        `(batch, hidden_dim)`.
+
+    Example:
+
+    >>> pool = AttentionPooling(num_heads=2, mlp_dim=32)
+    >>> tuple(pool(keras.ops.zeros((3, 5, 8))).shape)
+    (3, 8)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        num_prefix_tokens=0,
+        approximate_gelu=False,
+        layer_norm_epsilon=1e-6,
+        kernel_initializer="glorot_uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value, least in (("num_heads", num_heads, 1), ("mlp_dim", mlp_dim, 1),
+                                   ("num_prefix_tokens", num_prefix_tokens, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(
+                    f"`{name}` must be an int >= {least}. Received: {name}={value!r}"
+                )
+        self.num_heads = num_heads
+        self.mlp_dim = mlp_dim
+        self.num_prefix_tokens = num_prefix_tokens
+        self.approximate_gelu = approximate_gelu
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        common = {"dtype": self.dtype_policy}
+        self.norm = LayerNormalization(epsilon=layer_norm_epsilon, name="norm", **common)
+        self.mlp_dense_1 = GeluDense(mlp_dim, approximate=approximate_gelu,
+                                     kernel_initializer=self._clone(), name="mlp_dense_1",
+                                     **common)
+        self.mlp_dense_2 = None  # its width is known in build()
+
+    def _clone(self):
+        # Fresh copies, so that unseeded initializers draw independently.
+        return self.kernel_initializer.__class__.from_config(self.kernel_initializer.get_config())
+
+    def build(self, input_shape):
+        hidden_dim = input_shape[-1]
+        if len(input_shape) != 3 or hidden_dim is None:
+            raise ValueError(
+                "AttentionPooling expects tokens of shape (batch, tokens, hidden_dim) "
+                f"with a known hidden_dim. Received: input_shape={tuple(input_shape)}"
+            )
+        if hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim {hidden_dim} is not divisible by num_heads {self.num_heads}."
+            )
+        self.hidden_dim = hidden_dim
+        head_dim = hidden_dim // self.num_heads
+        self.probe = self.add_weight(name="probe", shape=(1, 1, hidden_dim),
+                                     initializer=self._clone())
+        shapes = {
+            "query_kernel": (hidden_dim, self.num_heads, head_dim),
+            "key_value_kernel": (hidden_dim, 2, self.num_heads, head_dim),
+            "out_kernel": (self.num_heads, head_dim, hidden_dim),
+        }
+        for name, shape in shapes.items():
+            setattr(self, name, self.add_weight(
+                name=name, shape=shape,
+                initializer=_projection_initializer(self._clone(), hidden_dim, hidden_dim, shape)))
+        for name, shape in (("query_bias", (self.num_heads, head_dim)),
+                            ("key_value_bias", (2, self.num_heads, head_dim)),
+                            ("out_bias", (hidden_dim,))):
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer="zeros"))
+        self.mlp_dense_2 = keras.layers.Dense(hidden_dim, kernel_initializer=self._clone(),
+                                              name="mlp_dense_2", dtype=self.dtype_policy)
+        probe_shape = (None, 1, hidden_dim)
+        self.norm.build(probe_shape)
+        self.mlp_dense_1.build(probe_shape)
+        self.mlp_dense_2.build((None, 1, self.mlp_dim))
+
+    def call(self, inputs):
+        tokens = inputs[:, self.num_prefix_tokens:]
+        head_dim = self.hidden_dim // self.num_heads
+        query = ops.einsum("d,dhk->hk", self.probe[0, 0], self.query_kernel) + self.query_bias
+        key_value = ops.matmul(ops.reshape(tokens, (-1, self.hidden_dim)),
+                               ops.reshape(self.key_value_kernel, (self.hidden_dim, -1)))
+        key_value = key_value + ops.reshape(self.key_value_bias, (-1,))
+        key_value = ops.reshape(key_value, (ops.shape(tokens)[0], -1, 2, self.num_heads, head_dim))
+        key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
+        scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim ** -0.5, query.dtype)
+        probabilities = ops.softmax(scores, axis=-1)
+        context = ops.einsum("bhn,bnhk->bhk", probabilities, value)
+        x = ops.einsum("bhk,hkd->bd", context, self.out_kernel) + self.out_bias
+        x = ops.expand_dims(x, 1)
+        x = x + self.mlp_dense_2(self.mlp_dense_1(self.norm(x)))
+        return ops.reshape(x, (-1, self.hidden_dim))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "num_prefix_tokens": self.num_prefix_tokens,
+            "approximate_gelu": self.approximate_gelu,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config
