@@ -1,8 +1,7 @@
 """ONNX: the model as an ONNX graph, checked in ONNX Runtime.
 
 The graph is written by `tf2onnx` from the model's TensorFlow function (as
-Keras' `model.export(format="onnx")` does on TensorFlow, measured at 1.8e-6
-of `predict`); models of the JAX and torch backends are rebuilt on
+Keras' `model.export(format="onnx")` does on TensorFlow); models of the JAX and torch backends are rebuilt on
 TensorFlow from their `.keras` file first, as for LiteRT (Keras' JAX path
 needs `jax2onnx`, and `torch.onnx` fails on the ViT's gather).
 """

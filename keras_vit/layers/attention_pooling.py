@@ -127,7 +127,8 @@ class AttentionPooling(keras.layers.Layer):
         key_value = ops.reshape(key_value, (ops.shape(tokens)[0], -1, 2, self.num_heads, head_dim))
         key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
         scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim ** -0.5, query.dtype)
-        probabilities = ops.softmax(scores, axis=-1)
+        # The softmax in float32 under mixed precision, as the encoder's attention.
+        probabilities = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), value.dtype)
         context = ops.einsum("bhn,bnhk->bhk", probabilities, value)
         x = ops.einsum("bhk,hkd->bd", context, self.out_kernel) + self.out_bias
         x = ops.expand_dims(x, 1)

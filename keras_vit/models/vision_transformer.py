@@ -350,6 +350,11 @@ def VisionTransformer(
         weights, variant, num_heads, input_shape[-1],
     )
     resample_method = function["resample_method"]
+    if resample_method not in vit_layers.position_embedding.RESAMPLE_METHODS:
+        raise ValueError(
+            f"`resample_method` must be one of {vit_layers.position_embedding.RESAMPLE_METHODS}. "
+            f"Received: resample_method={resample_method!r}"
+        )
     dynamic = None in input_shape[:2]
     if dynamic:
         table_size = _pair(function["base_image_size"] or DEFAULT_INPUT_SHAPE[0],
