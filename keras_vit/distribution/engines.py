@@ -149,14 +149,13 @@ class Distributed:
             return model  # not a multi-worker tf.distribute strategy
         import numpy as np
 
+        from keras_vit._compat import build_for_multi_worker
+
         example = (
             np.zeros((1,) + tuple(model.input_shape[1:]), "float32"),
             np.zeros((1,) + tuple(model.output_shape[1:]), "float32"),
         )
-        with self.scope():
-            model._symbolic_build(data_batch=example)
-        model._distribute_strategy = None
-        return model
+        return build_for_multi_worker(model, example, self.scope())
 
 
 class _NoDistribution:

@@ -16,6 +16,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit._compat import litert_ops
 from keras_vit.export import graph
 from keras_vit_launcher import native_stderr_captured
 
@@ -136,7 +137,7 @@ def op_counts(path_or_content):
     content = _read(path_or_content)
     interpreter = Interpreter(model_content=content, experimental_op_resolver_type=_no_delegate())
     counts = {}
-    for op in interpreter._get_ops_details():
+    for op in litert_ops(interpreter):
         counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
     return dict(sorted(counts.items()))
 
@@ -151,7 +152,7 @@ def delegate_partitions(path_or_content, num_threads=2):
 
     interpreter = Interpreter(model_content=_read(path_or_content), num_threads=num_threads)
     interpreter.allocate_tensors()
-    return sum(op["op_name"] == "DELEGATE" for op in interpreter._get_ops_details())
+    return sum(op["op_name"] == "DELEGATE" for op in litert_ops(interpreter))
 
 
 def _no_delegate():

@@ -17,14 +17,15 @@ import platform
 
 import keras
 
+from keras_vit._compat import op_determinism_enabled
+
 
 def _xla_usable_on_tensorflow():
     import tensorflow as tf
-    from tensorflow.python.framework.config import is_op_determinism_enabled
 
     # The conditions under which Keras itself keeps XLA off on TensorFlow
     # (`keras.src.trainers.trainer.model_supports_jit`).
-    if is_op_determinism_enabled():
+    if op_determinism_enabled():
         return False
     apple_silicon = platform.system() == "Darwin" and "arm" in platform.processor().lower()
     return not (apple_silicon and tf.config.list_physical_devices("GPU"))

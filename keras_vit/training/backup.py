@@ -19,6 +19,8 @@ import shutil
 import keras
 import numpy as np
 
+from keras_vit._compat import BackupHooks, resume_fit_at
+
 _PREFIX = "epoch-"
 _PARTIAL = ".partial"
 _WEIGHTS = "model.weights.h5"
@@ -93,7 +95,7 @@ def weights_are_finite(model):
     return True
 
 
-class CrashSafeBackup(keras.callbacks.BackupAndRestore):
+class CrashSafeBackup(BackupHooks):
     """`BackupAndRestore` whose checkpoints survive a kill at any moment.
 
     At the end of every epoch the model's weights, the optimizer state and
@@ -122,9 +124,9 @@ class CrashSafeBackup(keras.callbacks.BackupAndRestore):
         self.skipped_epochs = []
 
     def on_train_begin(self, logs=None):
-        self._load_model()
+        self.restore()
 
-    def _load_model(self):
+    def restore(self):
         found = latest_checkpoint(self.backup_dir)
         if found is None:
             return
@@ -132,14 +134,14 @@ class CrashSafeBackup(keras.callbacks.BackupAndRestore):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(os.path.join(folder, _WEIGHTS))
-        self.model._initial_epoch = epoch
+        resume_fit_at(self.model, epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         self._epoch_loss = (logs or {}).get("loss")
         super().on_epoch_end(epoch, logs)
 
-    def _save_model(self):
-        epoch = self._current_epoch  # epochs finished
+    def save(self):
+        epoch = self.finished_epochs
         loss = getattr(self, "_epoch_loss", None)
         if (loss is not None and not math.isfinite(float(loss))) or not weights_are_finite(
             self.model

@@ -15,6 +15,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit._compat import SumReplicasBeforeClipping
 from keras_vit.layers.conv_stem import replicated_tensorflow
 
 
@@ -112,40 +113,13 @@ def no_weight_decay_variables(model):
     return skipped
 
 
-class _SumReplicasBeforeClipping:
-    """Global-norm clipping of the gradient of the whole batch under `tf.distribute`.
-
-    Keras 3.15's optimizers clip each replica's gradient and sum the
-    clipped gradients afterwards, so a clip of 1.0 on 4 replicas lets
-    through up to 4.0 (measured: the step of a 4-replica
-    `MirroredStrategy` was 1e-3 away from one device's with clipping,
-    1.5e-9 without). Summing first makes it the paper's clip.
-    """
-
-    # Keras sums in `_backend_update_step`, after `_clip_gradients`; both
-    # run in every replica's own thread, so the sum moves here, stateless.
-    def _clip_gradients(self, grads):
-        import tensorflow as tf
-
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            summed = iter(context.all_reduce(
-                tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
-            ))
-            grads = [None if g is None else next(summed) for g in grads]
-        return super()._clip_gradients(grads)
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        return list(grads_and_vars)  # summed before clipping
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ReplicatedAdamW(_SumReplicasBeforeClipping, keras.optimizers.AdamW):
+class ReplicatedAdamW(SumReplicasBeforeClipping, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` that clips the summed gradient of all replicas."""
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ReplicatedSGD(_SumReplicasBeforeClipping, keras.optimizers.SGD):
+class ReplicatedSGD(SumReplicasBeforeClipping, keras.optimizers.SGD):
     """`keras.optimizers.SGD` that clips the summed gradient of all replicas."""
 
 

@@ -1,0 +1,152 @@
+"""Every use of a private Keras, TensorFlow or LiteRT API, in one place.
+
+Each function or class here works around something the public API does not
+offer (the upstream issue or source is cited) and checks that the private
+name still exists, so that a Keras or TensorFlow release that moves it fails
+here, with a message naming the version, instead of somewhere inside a
+training run. `tests/test_private_api.py` keeps every other module off
+private names.
+"""
+
+import keras
+
+
+def _private(owner, name, purpose):
+    """`getattr(owner, name)`, or a clear error when this Keras no longer has it."""
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise RuntimeError(
+            f"keras_vit needs {type(owner).__name__}.{name} ({purpose}), which Keras "
+            f"{keras.__version__} does not have; keras_vit is tested with the Keras "
+            "versions its requirements name."
+        ) from None
+
+
+def _require_private_method(base, name, purpose):
+    if not callable(getattr(base, name, None)):
+        raise RuntimeError(
+            f"keras_vit overrides {base.__name__}.{name} ({purpose}), which Keras "
+            f"{keras.__version__} does not have; keras_vit is tested with the Keras "
+            "versions its requirements name."
+        )
+
+
+# --- Training: resuming from a backup ---------------------------------------
+
+# `BackupAndRestore` has no public hooks for what it writes and reads
+# (keras/src/callbacks/backup_and_restore.py: `_save_model`, `_load_model`,
+# `_current_epoch`), nor a public way to tell `fit` where to start
+# (`model._initial_epoch`, which the callback itself sets).
+for _hook in ("_save_model", "_load_model"):
+    _require_private_method(keras.callbacks.BackupAndRestore, _hook,
+                            "choosing what a backup writes and reads")
+
+
+class BackupHooks(keras.callbacks.BackupAndRestore):
+    """`BackupAndRestore` whose saving and restoring are the subclass's `save()` / `restore()`."""
+
+    def _save_model(self):
+        self.save()
+
+    def _load_model(self):
+        self.restore()
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    @property
+    def finished_epochs(self):
+        """Epochs finished when `save()` runs (Keras' `_current_epoch`)."""
+        return _private(self, "_current_epoch", "the epoch a backup holds")
+
+
+def resume_fit_at(model, epoch):
+    """Makes the next `fit` start after `epoch` (what `BackupAndRestore` does)."""
+    _private(model, "_initial_epoch", "the epoch fit starts from")
+    model._initial_epoch = epoch
+
+
+# --- Training: clipping the gradient of all replicas ------------------------
+
+# Keras' optimizers clip each replica's gradient and sum the clipped
+# gradients afterwards, so under `tf.distribute` a global-norm clip of 1.0 on
+# 4 replicas lets through up to 4.0 (tensorflow/tensorflow#33929 describes
+# the two places to clip; Keras 3.15 clips in the first). `_clip_gradients`
+# and `_all_reduce_sum_gradients` are the private steps to reorder.
+for _hook in ("_clip_gradients", "_all_reduce_sum_gradients"):
+    _require_private_method(keras.optimizers.Optimizer, _hook,
+                            "clipping the gradient summed over replicas")
+
+
+class SumReplicasBeforeClipping:
+    """Mixin for a Keras optimizer: global-norm clipping of the whole batch's gradient.
+
+    Measured: the step of a 4-replica `MirroredStrategy` was 1e-3 away from
+    one device's with Keras' own clipping, 1.5e-9 with this.
+    """
+
+    # Keras sums in `_backend_update_step`, after `_clip_gradients`; both
+    # run in every replica's own thread, so the sum moves here, stateless.
+    def _clip_gradients(self, grads):
+        import tensorflow as tf
+
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            summed = iter(context.all_reduce(
+                tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
+            ))
+            grads = [None if g is None else next(summed) for g in grads]
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return list(grads_and_vars)  # summed before clipping
+
+
+# --- Distribution: building before a multi-worker fit -----------------------
+
+
+def build_for_multi_worker(model, data_batch, scope):
+    """Builds `model`'s optimizer and metrics from `data_batch` shapes inside `scope`.
+
+    Under `MultiWorkerMirroredStrategy`, Keras 3 builds them at the start of
+    `fit` from a batch averaged with `strategy.reduce`, which that strategy
+    refuses (keras-team/keras#20585); `_symbolic_build` builds them from
+    shapes alone, and clearing `_distribute_strategy` lets `fit` take the
+    strategy from the scope it runs in.
+    """
+    symbolic_build = _private(model, "_symbolic_build", "building from shapes")
+    _private(model, "_distribute_strategy", "the strategy fit runs under")
+    with scope:
+        symbolic_build(data_batch=data_batch)
+    model._distribute_strategy = None
+    return model
+
+
+# --- TensorFlow: whether XLA may run ----------------------------------------
+
+
+def op_determinism_enabled():
+    """Whether `tf.config.experimental.enable_op_determinism()` is in effect.
+
+    TensorFlow has a public setter but no public getter; Keras reads the
+    same private function (keras/src/trainers/trainer.py, `model_supports_jit`).
+    """
+    from tensorflow.python.framework import config
+
+    return _private(config, "is_op_determinism_enabled", "op determinism")()
+
+
+# --- LiteRT: the ops of a converted model -----------------------------------
+
+
+def litert_ops(interpreter):
+    """`[{"op_name": ..., ...}]` of a LiteRT interpreter's graph (after delegation).
+
+    LiteRT has no public listing of a model's ops (`Interpreter._get_ops_details`
+    is what its own analyzer tools read).
+    """
+    return _private(interpreter, "_get_ops_details", "listing a model's ops")()
