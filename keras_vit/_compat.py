@@ -77,7 +77,10 @@ def resume_fit_at(model, epoch):
 # 4 replicas lets through up to 4.0 (tensorflow/tensorflow#33929 describes
 # the two places to clip; Keras 3.15 clips in the first). `_clip_gradients`
 # and `_all_reduce_sum_gradients` are the private steps to reorder.
-for _hook in ("_clip_gradients", "_all_reduce_sum_gradients"):
+# Only TensorFlow's optimizer all-reduces (tf.distribute); every backend's clips.
+for _hook in ("_clip_gradients",) + (
+    ("_all_reduce_sum_gradients",) if keras.backend.backend() == "tensorflow" else ()
+):
     _require_private_method(keras.optimizers.Optimizer, _hook,
                             "clipping the gradient summed over replicas")
 
