@@ -89,6 +89,17 @@ def as_probabilities(scores, already_probabilities):
     return scores / scores.sum(-1, keepdims=True)
 
 
+def agreement(served, model, images, verbose=0):
+    """`max_abs_error` and `top1_agreement` of an export's outputs against `model` on `images`."""
+    import numpy as np
+
+    expected = np.asarray(model.predict(images, verbose=verbose), "float32")
+    return {
+        "max_abs_error": float(np.max(np.abs(served - expected))),
+        "top1_agreement": float(np.mean(served.argmax(-1) == expected.argmax(-1))),
+    }
+
+
 def model_function(model, batch_size=None, image_size=None, any_size=False):
     """A TensorFlow-callable `images -> model outputs` (inference mode).
 

@@ -364,10 +364,8 @@ def check_tflite(path, model, images, num_threads=2, latency_runs=50, verbose=0)
         served.append(runner.predict_one(image))
         progress.add(1)
     served = np.stack(served)
-    expected = np.asarray(model.predict(images, verbose=verbose), "float32")
     return {
-        "max_abs_error": float(np.max(np.abs(served - expected))),
-        "top1_agreement": float(np.mean(served.argmax(-1) == expected.argmax(-1))),
+        **graph.agreement(served, model, images, verbose),
         "bytes": os.path.getsize(path),
         "latency_ms": runner.latency_ms(images[0], runs=latency_runs),
         "xnnpack_partitions": delegate_partitions(path, num_threads),

@@ -138,10 +138,8 @@ def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):
                                f"{done.stderr.strip()[-2000:]}")
         report = json.loads(done.stdout.strip().splitlines()[-1])
         served = np.load(outputs_path)
-    expected = np.asarray(model.predict(images, verbose=verbose), "float32")
     return {
-        "max_abs_error": float(np.max(np.abs(served - expected))),
-        "top1_agreement": float(np.mean(served.argmax(-1) == expected.argmax(-1))),
+        **graph.agreement(served, model, images, verbose),
         "bytes": os.path.getsize(path),
         **report,
     }
