@@ -1,6 +1,7 @@
 """keras_vit: the Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch)."""
 
 from keras_vit import (
+    data,
     distribution,
     export,
     inspect,

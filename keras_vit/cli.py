@@ -138,6 +138,35 @@ def _cli_message(message):
     return message
 
 
+# What each sub-command needs beyond the library floor (Keras, NumPy,
+# safetensors), and the extra of `pip install keras-vit[...]` that brings it.
+_TRAINING = ("tensorflow", "tensorflow_datasets", "matplotlib")
+_NEEDS = {
+    "demo": ("train", ("tensorflow",)),
+    "train": ("train", _TRAINING),
+    "finetune": ("train", _TRAINING),
+    "pretrain": ("train", _TRAINING),
+    "evaluate": ("train", ("tensorflow", "tensorflow_datasets")),
+    "predict": ("train", ("tensorflow",)),
+    "inspect": ("train", ("tensorflow", "matplotlib")),
+    "export": ("export", ("tensorflow", "tensorflow_serving", "ai_edge_litert")),
+}
+
+
+def _check_installed(command):
+    """Fails at once, naming the extra to install, when a sub-command's packages are missing."""
+    import importlib.util
+
+    extra, modules = _NEEDS.get(command, (None, ()))
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        raise SystemExit(
+            f"keras-vit {command}: needs {', '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed; "
+            f"install them with: pip install 'keras-vit[{extra}]'"
+        )
+
+
 def _fail(command, error):
     raise SystemExit(f"keras-vit {command}: {_cli_message(str(error))}")
 
@@ -850,6 +879,7 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
+    _check_installed(args.command)
     if not args.verbose:
         _quiet_python_logs()
     backend = getattr(args, "backend", None)

@@ -1,5 +1,6 @@
 """The documentation holds together: links resolve, the README stays a front page."""
 
+import ast
 import glob
 import os
 import re
@@ -55,3 +56,111 @@ def test_every_figure_in_the_docs_is_drawn_by_a_script_and_shown_somewhere():
     for image in images:
         assert image in script, f"docs/images/{image} is drawn by no script"
         assert f"images/{image}" in shown, f"docs/images/{image} is shown on no page"
+
+
+def python_snippets():
+    """Every ```python block of the user documentation, as (path, index, code)."""
+    for path in USER_DOCS:
+        with open(os.path.join(ROOT, path)) as f:
+            blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.DOTALL)
+        for index, code in enumerate(blocks):
+            yield pytest.param(path, code, id=f"{path}#{index}")
+
+
+def keras_vit_names(tree):
+    """Local names bound to keras_vit objects by the snippet's imports (`keras_vit` itself too)."""
+    names = {"keras_vit": "keras_vit"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("keras_vit"):
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def dotted(node):
+    """`a.b.c` of an attribute chain on a name, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def resolve(path):
+    import importlib
+
+    module_name, _, rest = path.partition(".")
+    target = importlib.import_module(module_name)
+    for part in rest.split(".") if rest else []:
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            target = importlib.import_module(f"{target.__name__}.{part}")
+    return target
+
+
+def snippet_problems(path, code):
+    """Names and keywords of keras_vit that a snippet uses but that do not exist."""
+    import inspect
+
+    tree = ast.parse(code, path)
+    aliases = keras_vit_names(tree)
+    problems = []
+    for node in ast.walk(tree):
+        chain = dotted(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
+        if chain is None or chain.split(".")[0] not in aliases:
+            continue
+        full = aliases[chain.split(".")[0]] + chain[len(chain.split(".")[0]):]
+        try:
+            target = resolve(full)
+        except (AttributeError, ImportError) as error:
+            problems.append(f"{chain}: {error}")
+            continue
+        for call in ast.walk(tree):
+            if isinstance(call, ast.Call) and call.func is node and callable(target):
+                try:
+                    signature = inspect.signature(target)
+                except (TypeError, ValueError):
+                    continue
+                allowed = set(signature.parameters)
+                if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+                    # The builders and `from_checkpoint` pass the rest on to
+                    # `VisionTransformer`; other `**kwargs` are not checked.
+                    if not getattr(target, "__module__", "").startswith(
+                        ("keras_vit.models", "keras_vit.weights")
+                    ):
+                        continue
+                    from keras_vit import VisionTransformer
+
+                    allowed |= set(inspect.signature(VisionTransformer).parameters)
+                unknown = {k.arg for k in call.keywords if k.arg} - allowed
+                problems += [f"{chain}({name}=...): no such argument" for name in sorted(unknown)]
+    return problems
+
+
+@pytest.mark.parametrize("path, code", list(python_snippets()))
+def test_every_documented_name_and_keyword_exists(path, code):
+    # What a reader copies must exist as written: every keras_vit name a
+    # snippet imports or reaches by attribute after `import keras_vit`, and
+    # every keyword it passes to a keras_vit callable. (The snippets
+    # themselves download checkpoints or train full models, so they are
+    # checked, not run.)
+    problems = snippet_problems(path, code)
+    assert not problems, f"{path}:\n" + "\n".join(problems)
+
+
+def test_the_snippet_check_finds_a_missing_name_and_a_wrong_keyword():
+    code = (
+        "import keras_vit\n"
+        "from keras_vit import inspect as vit_inspect\n"
+        "keras_vit.weights.from_checkpoint('x.npz', input_size=224)\n"
+        "vit_inspect.attention_map(model, images)\n"
+        "keras_vit.export.saved_model(model, 'out')\n"
+    )
+    problems = snippet_problems("probe.md", code)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("vit_inspect.attention_map:") or problems[1].startswith(
+        "vit_inspect.attention_map:")
+    assert any("input_size=...): no such argument" in p for p in problems)
