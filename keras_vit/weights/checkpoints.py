@@ -150,33 +150,41 @@ def _heads(kernel, num_heads):
     return kernel.reshape(kernel.shape[0], num_heads, -1)
 
 
+# The official (Flax) checkpoints' tensor names -> keras_vit weight paths,
+# outside and inside `Transformer/encoderblock_{i}/`. `to_official` writes
+# with the same tables, read backwards. The q/k/v projections, stacked into
+# one kernel here, are `_OFFICIAL_QKV`.
+_OFFICIAL = {
+    "embedding/kernel": "patch_embedding/kernel",
+    "embedding/bias": "patch_embedding/bias",
+    "cls": "class_token/token",
+    "Transformer/posembed_input/pos_embedding": "position_embedding/embeddings",
+    "Transformer/encoder_norm/scale": "encoder_norm/gamma",
+    "Transformer/encoder_norm/bias": "encoder_norm/beta",
+    "pre_logits/kernel": "pre_logits/kernel",
+    "pre_logits/bias": "pre_logits/bias",
+    "head/kernel": "head/kernel",
+    "head/bias": "head/bias",
+}
+_OFFICIAL_BLOCK = {
+    "LayerNorm_0/scale": "attention_norm/gamma",
+    "LayerNorm_0/bias": "attention_norm/beta",
+    "LayerNorm_2/scale": "mlp_norm/gamma",
+    "LayerNorm_2/bias": "mlp_norm/beta",
+    "MlpBlock_3/Dense_0/kernel": "mlp_dense_1/kernel",
+    "MlpBlock_3/Dense_0/bias": "mlp_dense_1/bias",
+    "MlpBlock_3/Dense_1/kernel": "mlp_dense_2/kernel",
+    "MlpBlock_3/Dense_1/bias": "mlp_dense_2/bias",
+    "MultiHeadDotProductAttention_1/out/kernel": "attention/out_kernel",
+    "MultiHeadDotProductAttention_1/out/bias": "attention/out_bias",
+}
+_OFFICIAL_QKV = "MultiHeadDotProductAttention_1/{projection}/{kind}"
+
+
 def _official(tensors, num_heads):
     del num_heads  # the Flax kernels carry the head axis
     out = {}
-    simple = {
-        "embedding/kernel": "patch_embedding/kernel",
-        "embedding/bias": "patch_embedding/bias",
-        "cls": "class_token/token",
-        "Transformer/posembed_input/pos_embedding": "position_embedding/embeddings",
-        "Transformer/encoder_norm/scale": "encoder_norm/gamma",
-        "Transformer/encoder_norm/bias": "encoder_norm/beta",
-        "pre_logits/kernel": "pre_logits/kernel",
-        "pre_logits/bias": "pre_logits/bias",
-        "head/kernel": "head/kernel",
-        "head/bias": "head/bias",
-    }
-    block = {
-        "LayerNorm_0/scale": "attention_norm/gamma",
-        "LayerNorm_0/bias": "attention_norm/beta",
-        "LayerNorm_2/scale": "mlp_norm/gamma",
-        "LayerNorm_2/bias": "mlp_norm/beta",
-        "MlpBlock_3/Dense_0/kernel": "mlp_dense_1/kernel",
-        "MlpBlock_3/Dense_0/bias": "mlp_dense_1/bias",
-        "MlpBlock_3/Dense_1/kernel": "mlp_dense_2/kernel",
-        "MlpBlock_3/Dense_1/bias": "mlp_dense_2/bias",
-        "MultiHeadDotProductAttention_1/out/kernel": "attention/out_kernel",
-        "MultiHeadDotProductAttention_1/out/bias": "attention/out_bias",
-    }
+    simple, block = _OFFICIAL, _OFFICIAL_BLOCK
     qkv = {}
     for name, value in tensors.items():
         if name in simple:
@@ -189,7 +197,7 @@ def _official(tensors, num_heads):
         if rest in block:
             out[f"encoderblock_{index}/{block[rest]}"] = value
         projection = re.fullmatch(
-            r"MultiHeadDotProductAttention_1/(query|key|value)/(kernel|bias)", rest
+            _OFFICIAL_QKV.format(projection="(query|key|value)", kind="(kernel|bias)"), rest
         )
         if projection:
             qkv[(index, projection[2], projection[1])] = value
@@ -437,30 +445,8 @@ def to_official(model):
     """
     from keras import ops
 
-    inverse = {
-        "patch_embedding/kernel": "embedding/kernel",
-        "patch_embedding/bias": "embedding/bias",
-        "class_token/token": "cls",
-        "position_embedding/embeddings": "Transformer/posembed_input/pos_embedding",
-        "encoder_norm/gamma": "Transformer/encoder_norm/scale",
-        "encoder_norm/beta": "Transformer/encoder_norm/bias",
-        "pre_logits/kernel": "pre_logits/kernel",
-        "pre_logits/bias": "pre_logits/bias",
-        "head/kernel": "head/kernel",
-        "head/bias": "head/bias",
-    }
-    block = {
-        "attention_norm/gamma": "LayerNorm_0/scale",
-        "attention_norm/beta": "LayerNorm_0/bias",
-        "mlp_norm/gamma": "LayerNorm_2/scale",
-        "mlp_norm/beta": "LayerNorm_2/bias",
-        "mlp_dense_1/kernel": "MlpBlock_3/Dense_0/kernel",
-        "mlp_dense_1/bias": "MlpBlock_3/Dense_0/bias",
-        "mlp_dense_2/kernel": "MlpBlock_3/Dense_1/kernel",
-        "mlp_dense_2/bias": "MlpBlock_3/Dense_1/bias",
-        "attention/out_kernel": "MultiHeadDotProductAttention_1/out/kernel",
-        "attention/out_bias": "MultiHeadDotProductAttention_1/out/bias",
-    }
+    inverse = {path: name for name, path in _OFFICIAL.items()}
+    block = {path: name for name, path in _OFFICIAL_BLOCK.items()}
     out = {}
     for weight in model.weights:
         value = ops.convert_to_numpy(weight).astype("float32")
@@ -477,7 +463,7 @@ def to_official(model):
             kind = "kernel" if rest.endswith("kernel") else "bias"
             for i, projection in enumerate(("query", "key", "value")):
                 part = value[:, i] if kind == "kernel" else value[i]
-                out[f"{prefix}MultiHeadDotProductAttention_1/{projection}/{kind}"] = part
+                out[prefix + _OFFICIAL_QKV.format(projection=projection, kind=kind)] = part
         else:
             raise ValueError(f"{weight.path!r} has no place in the official layout.")
     return out
