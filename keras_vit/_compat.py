@@ -88,8 +88,8 @@ for _hook in ("_clip_gradients",) + (
 class SumReplicasBeforeClipping:
     """Mixin for a Keras optimizer: global-norm clipping of the whole batch's gradient.
 
-    Measured: the step of a 4-replica `MirroredStrategy` was 1e-3 away from
-    one device's with Keras' own clipping, 1.5e-9 with this.
+    With Keras' own clipping each replica clips its share of the gradient,
+    so a replicated step differs from one device's (docs/performance.md).
     """
 
     # Keras sums in `_backend_update_step`, after `_clip_gradients`; both

@@ -3,9 +3,8 @@
 TensorFlow without XLA runs every element-wise op of a graph as its own
 pass over memory: the written-out backward passes of GELU (about fifteen
 ops over the MLP's `4 * hidden_dim`-wide activations) and LayerNorm (about
-ten) were a tenth of a ViT-S/16 training step on a 2-core CPU. Compiled
-with XLA they are one or two loops: GELU's backward on `(6304, 1536)`
-floats took 6.1 ms instead of 38.5. Only backward passes and training-time
+ten). Compiled with XLA they are one or two loops (the time this saves:
+docs/performance.md). Only backward passes and training-time
 forward passes go through here: inference forward passes stay plain
 TensorFlow ops, which SavedModel, TFLite and TensorFlow's own op fusion
 (GELU into the preceding matmul) need. JAX compiles everything anyway and

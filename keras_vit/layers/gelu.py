@@ -3,17 +3,14 @@
 Autodiff through `keras.ops.gelu` on TensorFlow and JAX keeps every
 intermediate of the composite (the tanh or erf, `1 + tanh`, `0.5 * x`) for
 the backward pass: three more tensors of the MLP's width (`4 * hidden_dim`)
-per block. On ViT-B/16 at batch 32 that was 2.7 GB of a training step's
-peak memory on TensorFlow and 0.85 GB on JAX (XLA keeps fewer). Here the
+per block. Here the
 derivative is written out and recomputed from the input in the backward
 pass, as PyTorch's own GELU kernel does (so PyTorch keeps its native op).
 At inference the forward pass is the same `keras.ops.gelu`, so TensorFlow's
 oneDNN remapper still fuses it into the preceding matmul. On TensorFlow the
 backward pass, and in training the forward pass, are XLA-compiled
-(`layers/fusion.py`): one loop each instead of 8 and 15 element-wise ops
-(16.9 -> 4.8 ms and 38.5 -> 6.1 ms on `(6304, 1536)` floats); with
-LayerNorm's compiled backward pass, a ViT-S/16 training step at batch 32
-about 10% faster on a 2-core CPU (median of three alternating rounds).
+(`layers/fusion.py`): one loop each instead of 8 and 15 element-wise ops.
+The memory and time this saves are in docs/performance.md.
 """
 
 import math

@@ -36,9 +36,8 @@ def fused_attention_kernel_available():
 
     It does on PyTorch (SDPA, on CPUs too; its backward keeps less memory)
     and on JAX with a GPU (cuDNN). Elsewhere it is two einsums over
-    token-major tensors, and the explicit head-major matmuls beat it on this
-    project's CPU benchmark (ViT-B/16 inference: TensorFlow 2x per
-    attention, JAX +14-23% per model; ViT-S/16 training on JAX +32%).
+    token-major tensors, and the explicit head-major matmuls beat it on
+    CPUs (docs/performance.md has the measurements).
     """
     backend = keras.backend.backend()
     if backend == "torch":

@@ -234,9 +234,8 @@ class Recipe:
         """Compiles `model` for this recipe (classifier: logits out, one-hot labels in).
 
         XLA is on for TensorFlow too (`jit_compile=True`; Keras leaves it
-        off on machines without an accelerator): on a 2-core CPU a training
-        step ran 1.55x faster for the main job's small ViT and 1.31x for
-        ViT-S/16. Not under a `tf.distribute` strategy with several
+        off on machines without an accelerator; on CPUs it is faster here,
+        see docs/performance.md). Not under a `tf.distribute` strategy with several
         replicas: XLA cannot reach the variables mirrored on other devices
         ("Trying to access resource ... located in device CPU:1").
         `kwargs` (e.g. `jit_compile=False`, or a self-supervised
