@@ -50,7 +50,8 @@ HIDE_APPLICATION_FLOOR = textwrap.dedent(
 
 
 def run_without_application_floor(code, backend, hidden=APPLICATION_ONLY):
-    environment = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": ROOT}
+    python_path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    environment = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": python_path}
     done = subprocess.run(
         [sys.executable, "-c", HIDE_APPLICATION_FLOOR + textwrap.dedent(code), ",".join(hidden)],
         env=environment, capture_output=True, text=True, timeout=600,

@@ -8,7 +8,7 @@ through a second functional graph over the same layers and weights.
 import keras
 import numpy as np
 
-from keras_vit.models.vision_transformer import default_image_size, encoder_blocks
+from keras_vit.models.vision_transformer import default_image_size, encoder_blocks, patch_pixels
 
 
 def token_layout(model, image_size=None):
@@ -33,8 +33,7 @@ def token_layout(model, image_size=None):
             "position_embedding and encoderblock_N layers); the inspection reads those."
         )
     positions = model.get_layer("position_embedding")
-    stride = model.get_layer("stem").stride if has_stem(model) else 1
-    patch = tuple(side * stride for side in model.get_layer("patch_embedding").patch_size)
+    patch = patch_pixels(model)
     if image_size is None:
         image_size = default_image_size(model)
     grid = tuple(side // size for side, size in zip(image_size, patch))

@@ -19,6 +19,7 @@ from keras_vit.models.vision_transformer import (
     ViTS32,
     ViTTi16,
     default_image_size,
+    patch_pixels,
     encoder_blocks,
     feature_extractor,
 )

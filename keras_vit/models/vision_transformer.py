@@ -554,10 +554,23 @@ def default_image_size(model):
     size = tuple(model.input_shape[1:3])
     if None not in size:
         return size
-    stride = model.get_layer("stem").stride if any(l.name == "stem" for l in model.layers) else 1
-    patch = model.get_layer("patch_embedding").patch_size
     grid = model.get_layer("position_embedding").grid_size
-    return tuple(g * p * stride for g, p in zip(grid, patch))
+    return tuple(g * p for g, p in zip(grid, patch_pixels(model)))
+
+
+def patch_pixels(model):
+    """`(height, width)` in input pixels of one patch of a ViT (a stem's stride included).
+
+    Example:
+
+    >>> model = VisionTransformer(patch_size=1, hidden_dim=8, num_layers=1, num_heads=2,
+    ...                           mlp_dim=16, input_shape=(16, 16, 1), classes=2,
+    ...                           stem_filters=(4, 8), stem_strides=(2, 2))
+    >>> patch_pixels(model)
+    (4, 4)
+    """
+    stride = model.get_layer("stem").stride if any(l.name == "stem" for l in model.layers) else 1
+    return tuple(side * stride for side in model.get_layer("patch_embedding").patch_size)
 
 
 def encoder_blocks(model):
