@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_vit.layers.gelu import GeluDense
 from keras_vit.layers.layer_norm import LayerNormalization
-from keras_vit.layers.multi_head_self_attention import _projection_initializer
+from keras_vit.layers.multi_head_self_attention import _projection_initializer, fresh_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -74,13 +74,12 @@ class AttentionPooling(keras.layers.Layer):
         common = {"dtype": self.dtype_policy}
         self.norm = LayerNormalization(epsilon=layer_norm_epsilon, name="norm", **common)
         self.mlp_dense_1 = GeluDense(mlp_dim, approximate=approximate_gelu,
-                                     kernel_initializer=self._clone(), name="mlp_dense_1",
-                                     **common)
+                                     kernel_initializer=self._initializer(),
+                                     name="mlp_dense_1", **common)
         self.mlp_dense_2 = None  # its width is known in build()
 
-    def _clone(self):
-        # Fresh copies, so that unseeded initializers draw independently.
-        return self.kernel_initializer.__class__.from_config(self.kernel_initializer.get_config())
+    def _initializer(self):
+        return fresh_initializer(self.kernel_initializer)
 
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
@@ -96,7 +95,7 @@ class AttentionPooling(keras.layers.Layer):
         self.hidden_dim = hidden_dim
         head_dim = hidden_dim // self.num_heads
         self.probe = self.add_weight(name="probe", shape=(1, 1, hidden_dim),
-                                     initializer=self._clone())
+                                     initializer=self._initializer())
         shapes = {
             "query_kernel": (hidden_dim, self.num_heads, head_dim),
             "key_value_kernel": (hidden_dim, 2, self.num_heads, head_dim),
@@ -105,12 +104,13 @@ class AttentionPooling(keras.layers.Layer):
         for name, shape in shapes.items():
             setattr(self, name, self.add_weight(
                 name=name, shape=shape,
-                initializer=_projection_initializer(self._clone(), hidden_dim, hidden_dim, shape)))
+                initializer=_projection_initializer(self._initializer(), hidden_dim, hidden_dim,
+                                                    shape)))
         for name, shape in (("query_bias", (self.num_heads, head_dim)),
                             ("key_value_bias", (2, self.num_heads, head_dim)),
                             ("out_bias", (hidden_dim,))):
             setattr(self, name, self.add_weight(name=name, shape=shape, initializer="zeros"))
-        self.mlp_dense_2 = keras.layers.Dense(hidden_dim, kernel_initializer=self._clone(),
+        self.mlp_dense_2 = keras.layers.Dense(hidden_dim, kernel_initializer=self._initializer(),
                                               name="mlp_dense_2", dtype=self.dtype_policy)
         probe_shape = (None, 1, hidden_dim)
         self.norm.build(probe_shape)

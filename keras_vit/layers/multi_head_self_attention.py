@@ -4,6 +4,11 @@ import keras
 from keras import ops
 
 
+def fresh_initializer(initializer):
+    """A new copy of a Keras initializer, so that unseeded copies draw independently."""
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 def _projection_initializer(initializer, fan_in, fan_out, shape):
     """Initialises a kernel of `shape` as stacked `(fan_in, fan_out)` matrices.
 

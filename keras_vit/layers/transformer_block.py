@@ -9,6 +9,7 @@ from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
     MultiHeadSelfAttention,
     attention_output_spec,
+    fresh_initializer,
 )
 from keras_vit.layers.stochastic_depth import StochasticDepth
 
@@ -127,8 +128,8 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_dense_1 = GeluDense(
             mlp_dim,
             approximate=approximate_gelu,
-            kernel_initializer=self._clone(self.kernel_initializer),
-            bias_initializer=self._clone(self.mlp_bias_initializer),
+            kernel_initializer=fresh_initializer(self.kernel_initializer),
+            bias_initializer=fresh_initializer(self.mlp_bias_initializer),
             name="mlp_dense_1",
             **common,
         )
@@ -147,11 +148,6 @@ class TransformerBlock(keras.layers.Layer):
             )
             self.mlp_scale = LayerScale(layer_scale_init, name="mlp_scale", **common)
 
-    @staticmethod
-    def _clone(initializer):
-        # Fresh copies, so that unseeded initializers draw independently.
-        return initializer.__class__.from_config(initializer.get_config())
-
     def build(self, input_shape):
         hidden_dim = input_shape[-1]
         if len(input_shape) != 3 or hidden_dim is None:
@@ -162,8 +158,8 @@ class TransformerBlock(keras.layers.Layer):
             )
         self.mlp_dense_2 = keras.layers.Dense(
             hidden_dim,
-            kernel_initializer=self._clone(self.kernel_initializer),
-            bias_initializer=self._clone(self.mlp_bias_initializer),
+            kernel_initializer=fresh_initializer(self.kernel_initializer),
+            bias_initializer=fresh_initializer(self.mlp_bias_initializer),
             name="mlp_dense_2",
             dtype=self.dtype_policy,
         )
