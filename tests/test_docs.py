@@ -67,86 +67,95 @@ def python_snippets():
             yield pytest.param(path, code, id=f"{path}#{index}")
 
 
-def keras_vit_names(tree):
-    """Local names bound to keras_vit objects by the snippet's imports (`keras_vit` itself too)."""
-    names = {"keras_vit": "keras_vit"}
+def imported_names(tree):
+    """What the snippet's imports bind: local name -> the keras_vit object, as Python binds it."""
+    import importlib
+
+    bound = {"keras_vit": importlib.import_module("keras_vit")}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("keras_vit"):
+            module = importlib.import_module(node.module)
             for alias in node.names:
-                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return names
+                # `from package import name`: an attribute, else a submodule.
+                if hasattr(module, alias.name):
+                    bound[alias.asname or alias.name] = getattr(module, alias.name)
+                else:
+                    bound[alias.asname or alias.name] = importlib.import_module(
+                        f"{node.module}.{alias.name}")
+    return bound
 
 
 def dotted(node):
-    """`a.b.c` of an attribute chain on a name, else None."""
+    """`[a, b, c]` of an attribute chain `a.b.c` on a name, else None."""
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
     if isinstance(node, ast.Name):
-        return ".".join([node.id, *reversed(parts)])
+        return [node.id, *reversed(parts)]
     return None
 
 
-def resolve(path):
-    import importlib
+def allowed_keywords(target):
+    """The keywords `target` takes, or None when it takes any (`**kwargs` not checked)."""
+    import inspect
 
-    module_name, _, rest = path.partition(".")
-    target = importlib.import_module(module_name)
-    for part in rest.split(".") if rest else []:
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            target = importlib.import_module(f"{target.__name__}.{part}")
-    return target
+    try:
+        parameters = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return None
+    allowed = set(parameters)
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        # The builders and `from_checkpoint` pass the rest on to
+        # `VisionTransformer`; other `**kwargs` are not checked.
+        if not getattr(target, "__module__", "").startswith(("keras_vit.models", "keras_vit.weights")):
+            return None
+        from keras_vit import VisionTransformer
+
+        allowed |= set(inspect.signature(VisionTransformer).parameters)
+    return allowed
 
 
 def snippet_problems(path, code):
     """Names and keywords of keras_vit that a snippet uses but that do not exist."""
-    import inspect
-
     tree = ast.parse(code, path)
-    aliases = keras_vit_names(tree)
+    try:
+        bound = imported_names(tree)
+    except ImportError as error:
+        return [f"import: {error}"]
+    calls = {id(node.func): node for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    # `a.b` inside `a.b.c` is checked with the whole chain.
+    inner = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     problems = []
     for node in ast.walk(tree):
         chain = dotted(node) if isinstance(node, (ast.Attribute, ast.Name)) else None
-        if chain is None or chain.split(".")[0] not in aliases:
+        if chain is None or chain[0] not in bound or id(node) in inner:
             continue
-        full = aliases[chain.split(".")[0]] + chain[len(chain.split(".")[0]):]
-        try:
-            target = resolve(full)
-        except (AttributeError, ImportError) as error:
-            problems.append(f"{chain}: {error}")
-            continue
-        for call in ast.walk(tree):
-            if isinstance(call, ast.Call) and call.func is node and callable(target):
-                try:
-                    signature = inspect.signature(target)
-                except (TypeError, ValueError):
-                    continue
-                allowed = set(signature.parameters)
-                if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
-                    # The builders and `from_checkpoint` pass the rest on to
-                    # `VisionTransformer`; other `**kwargs` are not checked.
-                    if not getattr(target, "__module__", "").startswith(
-                        ("keras_vit.models", "keras_vit.weights")
-                    ):
-                        continue
-                    from keras_vit import VisionTransformer
-
-                    allowed |= set(inspect.signature(VisionTransformer).parameters)
+        target = bound[chain[0]]
+        for depth, part in enumerate(chain[1:], start=1):
+            if not hasattr(target, part):
+                problems.append(f"{'.'.join(chain)}: {'.'.join(chain[:depth])} has no {part!r}")
+                break
+            target = getattr(target, part)
+        else:
+            call = calls.get(id(node))
+            allowed = allowed_keywords(target) if call is not None else None
+            if allowed is not None:
                 unknown = {k.arg for k in call.keywords if k.arg} - allowed
-                problems += [f"{chain}({name}=...): no such argument" for name in sorted(unknown)]
+                problems += [f"{'.'.join(chain)}({name}=...): no such argument"
+                             for name in sorted(unknown)]
     return problems
 
 
 @pytest.mark.parametrize("path, code", list(python_snippets()))
 def test_every_documented_name_and_keyword_exists(path, code):
     # What a reader copies must exist as written: every keras_vit name a
-    # snippet imports or reaches by attribute after `import keras_vit`, and
-    # every keyword it passes to a keras_vit callable. (The snippets
-    # themselves download checkpoints or train full models, so they are
-    # checked, not run.)
+    # snippet imports, every attribute chain it calls, and every keyword it
+    # passes to a keras_vit callable. (The snippets themselves download
+    # checkpoints or train full models, so they are checked, not run. That
+    # `import keras_vit` alone reaches every subpackage is checked in a
+    # fresh interpreter by tests/test_library_floor.py: here other tests
+    # have imported them already.)
     problems = snippet_problems(path, code)
     assert not problems, f"{path}:\n" + "\n".join(problems)
 
@@ -158,9 +167,12 @@ def test_the_snippet_check_finds_a_missing_name_and_a_wrong_keyword():
         "keras_vit.weights.from_checkpoint('x.npz', input_size=224)\n"
         "vit_inspect.attention_map(model, images)\n"
         "keras_vit.export.saved_model(model, 'out')\n"
+        "from keras_vit import ViTB16\n"
+        "ViTB16(weights=None, clases=3)\n"
     )
     problems = snippet_problems("probe.md", code)
-    assert len(problems) == 2, problems
+    assert len(problems) == 3, problems
+    assert "ViTB16(clases=...): no such argument" in problems
     assert problems[0].startswith("vit_inspect.attention_map:") or problems[1].startswith(
         "vit_inspect.attention_map:")
     assert any("input_size=...): no such argument" in p for p in problems)

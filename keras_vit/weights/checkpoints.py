@@ -184,18 +184,17 @@ _OFFICIAL_QKV = "MultiHeadDotProductAttention_1/{projection}/{kind}"
 def _official(tensors, num_heads):
     del num_heads  # the Flax kernels carry the head axis
     out = {}
-    simple, block = _OFFICIAL, _OFFICIAL_BLOCK
     qkv = {}
     for name, value in tensors.items():
-        if name in simple:
-            out[simple[name]] = value
+        if name in _OFFICIAL:
+            out[_OFFICIAL[name]] = value
             continue
         match = re.fullmatch(r"Transformer/encoderblock_(\d+)/(.+)", name)
         if not match:
             continue
         index, rest = int(match[1]), match[2]
-        if rest in block:
-            out[f"encoderblock_{index}/{block[rest]}"] = value
+        if rest in _OFFICIAL_BLOCK:
+            out[f"encoderblock_{index}/{_OFFICIAL_BLOCK[rest]}"] = value
         projection = re.fullmatch(
             _OFFICIAL_QKV.format(projection="(query|key|value)", kind="(kernel|bias)"), rest
         )
