@@ -7,6 +7,7 @@ from keras_vit import (
     inspect,
     layers,
     models,
+    ops,
     pretraining,
     training,
     weights,

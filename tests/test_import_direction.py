@@ -7,11 +7,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "keras_vit")
 
 # What each part may import of keras_vit (itself included); see docs/architecture.md.
-LIBRARY = {"layers", "models", "weights"}
+LIBRARY = {"ops", "layers", "models", "weights"}
 ALLOWED = {
-    "layers": {"layers"},
-    "models": {"layers", "models"},
-    "weights": {"layers", "models", "weights"},
+    "ops": {"ops"},
+    "layers": {"ops", "layers"},
+    "models": {"ops", "layers", "models"},
+    "weights": {"ops", "layers", "models", "weights"},
     "data": {"data"},
     "distribution": LIBRARY | {"distribution"},
     "inspect": LIBRARY | {"inspect"},

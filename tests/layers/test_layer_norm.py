@@ -7,7 +7,7 @@ from keras import ops
 from keras.src import testing
 
 from keras_vit.layers import LayerNormalization
-from keras_vit.layers.layer_norm import layer_norm
+from keras_vit.ops import layer_norm
 from tests import reference
 from tests.autodiff import gradients
 

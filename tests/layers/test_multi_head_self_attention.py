@@ -8,6 +8,7 @@ from keras.src import testing
 
 from keras_vit.layers import MultiHeadSelfAttention
 from keras_vit.layers import multi_head_self_attention as attention_module
+from keras_vit.ops import attention as fused_attention_module
 from tests import reference
 from tests.reference import random_tokens
 
@@ -83,7 +84,7 @@ def _jax_implementations():
     """`padded_dot_product_attention`'s implementations runnable here."""
     if keras.backend.backend() != "jax":
         return []
-    on_cuda = attention_module._jax_on_cuda()
+    on_cuda = fused_attention_module._jax_on_cuda()
     return ["xla", pytest.param("cudnn", marks=pytest.mark.skipif(
         not on_cuda, reason="cuDNN's kernel needs a CUDA GPU"))]
 
@@ -104,7 +105,7 @@ def test_padded_attention_has_the_values_and_gradients_of_unpadded(implementatio
     def loss(attention):
         return lambda q, k, v: jnp.sum((attention(q, k, v) * upstream).astype("float32"))
 
-    padded = lambda q, k, v: attention_module.padded_dot_product_attention(  # noqa: E731
+    padded = lambda q, k, v: fused_attention_module.padded_dot_product_attention(  # noqa: E731
         q, k, v, 8, implementation=implementation)
     unpadded = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
         *(t.astype("float32") for t in (q, k, v)))
@@ -119,7 +120,7 @@ def test_padded_attention_has_the_values_and_gradients_of_unpadded(implementatio
 
 
 @pytest.mark.skipif(
-    keras.backend.backend() != "jax" or not attention_module._jax_on_cuda(),
+    keras.backend.backend() != "jax" or not fused_attention_module._jax_on_cuda(),
     reason="cuDNN's fused attention: JAX on a CUDA GPU",
 )
 def test_bfloat16_training_on_the_fused_kernel_with_an_odd_token_count():

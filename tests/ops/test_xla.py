@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_vit.layers import TransformerBlock, fusion
-from keras_vit.layers.fusion import compiled_on_tensorflow
+from keras_vit.layers import TransformerBlock
+from keras_vit.ops import xla as fusion
+from keras_vit.ops import compiled_on_tensorflow
 from tests.reference import random_tokens
 
 on_tensorflow = pytest.mark.skipif(
@@ -84,3 +85,28 @@ def test_a_training_step_compiles_the_backward_passes_but_not_inference():
     # same gradients (the block has no dropout).
     for a, b in zip(loss(x, True), loss(x, False)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@on_tensorflow
+def test_nothing_is_compiled_with_the_fast_kernels_off():
+    import tensorflow as tf
+
+    import keras_vit
+
+    block = TransformerBlock(num_heads=2, mlp_dim=32)
+    x = tf.constant(random_tokens())
+    block(x)
+
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(block(x, training=True) ** 2)
+        return tape.gradient(y, [x, *block.trainable_weights])
+
+    keras_vit.ops.disable_fast_kernels()
+    try:
+        graph = tf.function(step).get_concrete_function(x).graph
+    finally:
+        keras_vit.ops.enable_fast_kernels()
+    assert compiled_calls(graph) == []
+    assert compiled_calls(tf.function(step).get_concrete_function(x).graph) != []

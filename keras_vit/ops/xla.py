@@ -8,7 +8,8 @@ docs/performance.md). Only backward passes and training-time
 forward passes go through here: inference forward passes stay plain
 TensorFlow ops, which SavedModel, TFLite and TensorFlow's own op fusion
 (GELU into the preceding matmul) need. JAX compiles everything anyway and
-PyTorch keeps its own kernels, so elsewhere the function runs as written.
+PyTorch keeps its own kernels, so elsewhere, and with the fast kernels
+switched off (`disable_fast_kernels`), the function runs as written.
 """
 
 import functools
@@ -17,6 +18,7 @@ import platform
 import keras
 
 from keras_vit._compat import op_determinism_enabled
+from keras_vit.ops.switch import fast_kernels_enabled
 
 
 def _xla_usable_on_tensorflow():
@@ -38,7 +40,8 @@ def compiled_on_tensorflow(function):
     `tf.function(jit_compile=True)`, so that its element-wise ops fuse, also
     inside a graph that is not compiled as a whole; on other backends, or
     where Keras would not use XLA on TensorFlow (op determinism enabled,
-    Apple GPUs), it is called as it is.
+    Apple GPUs), or with the fast kernels switched off, it is called as it
+    is.
 
     Example:
 
@@ -53,7 +56,11 @@ def compiled_on_tensorflow(function):
     @functools.wraps(function)
     def run(*args):
         nonlocal compiled
-        if keras.backend.backend() != "tensorflow" or not _xla_usable_on_tensorflow():
+        if (
+            not fast_kernels_enabled()
+            or keras.backend.backend() != "tensorflow"
+            or not _xla_usable_on_tensorflow()
+        ):
             return function(*args)
         if compiled is None:
             import tensorflow as tf
