@@ -43,15 +43,20 @@ def imported_parts(path):
     return parts & (set(ALLOWED) | {"cli", "_compat"})
 
 
+def modules_of(folder):
+    """Every module of a part, its sub-packages' included."""
+    return [os.path.join(here, name) for here, _, names in os.walk(folder)
+            for name in names if name.endswith(".py")]
+
+
 def test_every_part_imports_only_the_parts_below_it():
     violations = []
     for part, allowed in ALLOWED.items():
-        folder = os.path.join(PACKAGE, part)
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".py"):
-                found = imported_parts(os.path.join(folder, name))
-                violations += [f"keras_vit/{part}/{name} imports keras_vit.{other}"
-                               for other in sorted(found - allowed)]
+        for path in sorted(modules_of(os.path.join(PACKAGE, part))):
+            found = imported_parts(path)
+            name = os.path.relpath(path, ROOT)
+            violations += [f"{name} imports keras_vit.{other}"
+                           for other in sorted(found - allowed)]
     violations += [f"keras_vit/_compat.py imports keras_vit.{other}"
                    for other in sorted(imported_parts(os.path.join(PACKAGE, "_compat.py")))]
     assert not violations, "\n".join(violations)
@@ -62,3 +67,8 @@ def test_the_check_sees_lazy_imports(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from keras_vit import weights as w\n    import keras_vit.cli\n")
     assert imported_parts(str(path)) == {"weights", "cli"}
+
+
+def test_the_check_sees_every_module_of_a_part():
+    found = {os.path.relpath(path, PACKAGE) for path in modules_of(os.path.join(PACKAGE, "weights"))}
+    assert os.path.join("weights", "converters", "timm.py") in found

@@ -92,7 +92,7 @@ def test_builds_vit_b16_and_loads_a_checkpoint_without_tensorflow():
         import numpy as np
         import keras
         import keras_vit
-        from keras_vit.weights.checkpoints import to_official
+        from keras_vit.weights.converters.official import to_official
 
         vit_b16 = keras_vit.ViTB16()
         source = keras_vit.VisionTransformer(

@@ -33,7 +33,7 @@ def transfer_encoder(pretrained, model):
     import keras
 
     from keras_vit.weights import assign_canonical
-    from keras_vit.weights.checkpoints import read_tensors
+    from keras_vit.weights.readers import read_tensors
 
     if isinstance(pretrained, (str, os.PathLike)):
         source = os.fspath(pretrained)

@@ -67,11 +67,8 @@ def _stem_stride(arguments):
 
 def checkpoint_architecture(weights):
     """The `VisionTransformer` arguments of a checkpoint file, or a clear error."""
-    from keras_vit.weights.checkpoints import (
-        CHECKPOINT_SUFFIXES,
-        infer_architecture,
-        read_tensors,
-    )
+    from keras_vit.weights.architecture import infer_architecture
+    from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_tensors
 
     path = os.fspath(weights)
     if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):

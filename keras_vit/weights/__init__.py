@@ -7,15 +7,10 @@ import re
 import numpy as np
 
 from keras_vit.weights import registry
-from keras_vit.weights.checkpoints import (
-    _IMAGENET_MODEL_TYPES,
-    CHECKPOINT_SUFFIXES,
-    infer_architecture,
-    read_json_beside,
-    read_tensors,
-    source_resample_method,
-    to_canonical,
-)
+from keras_vit.weights.architecture import infer_architecture, source_resample_method
+from keras_vit.weights.converters import to_canonical
+from keras_vit.weights.converters.huggingface import IMAGENET_MODEL_TYPES
+from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_json_beside, read_tensors
 
 KERAS_SUFFIXES = (".weights.h5", ".keras")
 # Heads keep their zero initialisation when a checkpoint has none that fits.
@@ -283,7 +278,7 @@ def function_arguments(weights, variant=None, num_heads=None):
                                                ("layer_norm_epsilon", "layer_norm_eps"))
                         if key in config)
         if ("image_mean" in read_json_beside(path, "preprocessor_config.json")
-                or config.get("model_type") in _IMAGENET_MODEL_TYPES):
+                or config.get("model_type") in IMAGENET_MODEL_TYPES):
             recorded.add("normalization")
     elif layout == "timm" and "mean" in config.get("pretrained_cfg", {}):
         recorded.add("normalization")

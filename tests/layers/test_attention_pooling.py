@@ -6,7 +6,7 @@ from keras import ops
 from keras.src import testing
 
 from keras_vit.layers import AttentionPooling
-from keras_vit.weights.checkpoints import CONVERTERS
+from keras_vit.weights.converters import timm
 from tests.reference import timm_attention_pool
 
 
@@ -34,7 +34,7 @@ class AttentionPoolingTest(testing.TestCase):
 
     def test_matches_timm_attention_pool_loaded_from_its_tensors(self):
         tensors = timm_pool_tensors(dim=16, heads=4, mlp=24)
-        canonical = CONVERTERS["timm"](tensors, num_heads=4)
+        canonical = timm.to_canonical(tensors, num_heads=4)
         layer = AttentionPooling(num_heads=4, mlp_dim=24, num_prefix_tokens=1)
         layer.build((None, 7, 16))
         for weight in layer.weights:

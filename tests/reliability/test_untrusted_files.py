@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import keras_vit
 from keras_vit.cli import main
-from keras_vit.weights.checkpoints import read_tensors
+from keras_vit.weights.readers import read_tensors
 from tests.conftest import BACKEND, TINY
 
 MARKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".payload_ran")

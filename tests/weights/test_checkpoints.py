@@ -17,7 +17,9 @@ from keras import ops
 
 import keras_vit
 from keras_vit.weights import assign_canonical, from_checkpoint, load
-from keras_vit.weights.checkpoints import read_tensors, to_canonical, to_official
+from keras_vit.weights.converters import to_canonical
+from keras_vit.weights.converters.official import to_official
+from keras_vit.weights.readers import read_tensors
 from tests.conftest import last_json_line, run_python
 
 pytestmark = pytest.mark.skipif(

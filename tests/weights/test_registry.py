@@ -13,7 +13,7 @@ from keras import ops
 
 import keras_vit
 from keras_vit.weights import registry
-from keras_vit.weights.checkpoints import to_official
+from keras_vit.weights.converters.official import to_official
 
 SIZE = (32, 32, 3)  # ViT-Ti/16 on a 2x2 grid: the smallest published variant
 

@@ -1,0 +1,45 @@
+"""Pieces the converters share: PyTorch's `(out, in)` layouts to Keras', q/k/v stacking."""
+
+import numpy as np
+
+def linear(weight):
+    """PyTorch `(out, in)` Linear weight -> Keras `(in, out)` kernel."""
+    return np.ascontiguousarray(weight.T)
+
+
+def norm(target, param, value):
+    """A PyTorch LayerNorm `weight`/`bias` -> `{target/gamma|beta: value}`."""
+    return {f"{target}/{'gamma' if param == 'weight' else 'beta'}": value}
+
+
+def dense(target, param, value):
+    """A PyTorch Linear `weight`/`bias` -> `{target/kernel|bias: value}`."""
+    if param == "weight":
+        return {f"{target}/kernel": linear(value)}
+    return {f"{target}/bias": value}
+
+
+def out_projection(prefix, param, value, num_heads):
+    """The attention output Linear -> `(H, hd, D)` kernel / `(D,)` bias."""
+    if param == "weight":
+        kernel = linear(value).reshape(num_heads, -1, value.shape[0])
+        return {prefix + "attention/out_kernel": kernel}
+    return {prefix + "attention/out_bias": value}
+
+
+def heads(kernel, num_heads):
+    """`(D, H * hd)` -> `(D, H, hd)`."""
+    return kernel.reshape(kernel.shape[0], num_heads, -1)
+
+
+def stack_qkv(out, qkv):
+    """Stacks per-projection `(D, H, hd)` kernels / `(H, hd)` biases on axis 1 / 0."""
+    for index, kind in sorted({(i, k) for i, k, _ in qkv}):
+        parts = [qkv.get((index, kind, p)) for p in ("query", "key", "value")]
+        if any(part is None for part in parts):
+            continue  # reported as a missing weight
+        if kind == "kernel":
+            out[f"encoderblock_{index}/attention/qkv_kernel"] = np.stack(parts, axis=1)
+        else:
+            out[f"encoderblock_{index}/attention/qkv_bias"] = np.stack(parts, axis=0)
+    return out

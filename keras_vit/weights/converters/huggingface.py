@@ -1,0 +1,109 @@
+"""Hugging Face state dicts as saved on the Hub.
+
+`ViTModel` / `ViTForImageClassification` / DeiT (with teacher) /
+`Dinov2Model` (with registers, classifiers) / `ViTMAEModel`
+(`vit.encoder.layer.0.attention...`), and the module names transformers
+>= 5 writes with `torch.save(model.state_dict())`. Their GELU, LayerNorm
+epsilon and pixel normalisation come from `config.json` and
+`preprocessor_config.json` beside the file.
+"""
+
+import re
+
+from keras_vit.weights.converters.common import dense, heads, linear, norm, out_projection, stack_qkv
+from keras_vit.weights.readers import read_json_beside
+
+_BLOCK = {
+    # ViT names, then DINOv2's for the same weights.
+    "layernorm_before": "attention_norm",
+    "norm1": "attention_norm",
+    "layernorm_after": "mlp_norm",
+    "norm2": "mlp_norm",
+    "intermediate.dense": "mlp_dense_1",
+    "mlp.fc1": "mlp_dense_1",
+    "output.dense": "mlp_dense_2",
+    "mlp.fc2": "mlp_dense_2",
+}
+
+
+# transformers >= 5 module names (what `torch.save(model.state_dict())`
+# writes; `save_pretrained` converts back to the Hub names above).
+_MODULE_NAMES = {
+    r"^layers\.": "encoder.layer.",
+    r"\.attention\.q_proj\.": ".attention.attention.query.",
+    r"\.attention\.k_proj\.": ".attention.attention.key.",
+    r"\.attention\.v_proj\.": ".attention.attention.value.",
+    r"\.attention\.o_proj\.": ".attention.output.dense.",
+}
+
+
+def to_canonical(tensors, num_heads):
+    out, qkv = {}, {}
+    for name, value in tensors.items():
+        name = re.sub(r"^(vit|deit|dinov2_with_registers|dinov2|model)\.", "", name)
+        for pattern, hub_name in _MODULE_NAMES.items():
+            name = re.sub(pattern, hub_name, name)
+        if name == "embeddings.cls_token":
+            out["class_token/token"] = value
+        elif name == "embeddings.distillation_token":
+            out["distillation_token/token"] = value
+        elif name == "embeddings.register_tokens":
+            out["register_tokens/tokens"] = value
+        elif name == "embeddings.position_embeddings":
+            out["position_embedding/embeddings"] = value
+        elif name.startswith("embeddings.patch_embeddings.projection."):
+            if name.endswith("weight"):
+                out["patch_embedding/kernel"] = value.transpose(2, 3, 1, 0)
+            else:
+                out["patch_embedding/bias"] = value
+        elif name.startswith("layernorm."):
+            out.update(norm("encoder_norm", name.rsplit(".", 1)[1], value))
+        elif name.startswith("pooler.dense."):
+            out.update(dense("pre_logits", name.rsplit(".", 1)[1], value))
+        elif name.startswith(("classifier.", "cls_classifier.")):
+            out.update(dense("head", name.rsplit(".", 1)[1], value))
+        elif name.startswith("distillation_classifier."):
+            out.update(dense("head_dist", name.rsplit(".", 1)[1], value))
+        match = re.fullmatch(r"encoder\.layer\.(\d+)\.(.+)\.(weight|bias|lambda1)", name)
+        if not match:
+            continue
+        index, module, param = int(match[1]), match[2], match[3]
+        prefix = f"encoderblock_{index}/"
+        projection = re.fullmatch(r"attention\.attention\.(query|key|value)", module)
+        if projection:
+            kind = "kernel" if param == "weight" else "bias"
+            value = heads(linear(value), num_heads) if kind == "kernel" else value.reshape(num_heads, -1)
+            qkv[(index, kind, projection[1])] = value
+        elif module == "attention.output.dense":
+            out.update(out_projection(prefix, param, value, num_heads))
+        elif module in ("layer_scale1", "layer_scale2"):
+            out[prefix + ("attention_scale" if module.endswith("1") else "mlp_scale") + "/gamma"] = value
+        elif module in _BLOCK:
+            target = _BLOCK[module]
+            convert = norm if target.endswith("norm") else dense
+            out.update(convert(prefix + target, param, value))
+    return stack_qkv(out, qkv)
+
+
+# Hugging Face model types that resample their position grid with
+# `antialias=True` (the others: plain bicubic, as PyTorch's default).
+ANTIALIASED_MODEL_TYPES = ("dinov2_with_registers",)
+
+
+# Hugging Face model types trained on ImageNet mean/std pixels.
+IMAGENET_MODEL_TYPES = ("deit", "dinov2", "vit_mae", "dino")
+
+
+def function_arguments(path, arguments):
+    """The GELU form, LayerNorm epsilon and pixel normalisation of the file's config."""
+    config = read_json_beside(path, "config.json")
+    arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
+        "gelu_new", "gelu_pytorch_tanh", "gelu_fast"
+    )
+    arguments["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-12))
+    preprocessor = read_json_beside(path, "preprocessor_config.json")
+    if "image_mean" in preprocessor:
+        arguments["normalization"] = (preprocessor["image_mean"], preprocessor["image_std"])
+    elif config.get("model_type") in IMAGENET_MODEL_TYPES:
+        arguments["normalization"] = "imagenet"
+    return arguments

@@ -1,0 +1,51 @@
+"""This package's own `.keras` files (a trained model to fine-tune at another
+resolution or on other classes): already in keras_vit's layout; what the
+shapes do not say comes from the file's layer configs.
+"""
+
+import numpy as np
+
+from keras_vit.weights.readers import keras_layer_configs
+
+def to_canonical(tensors, num_heads):
+    del num_heads  # already in keras_vit's layout
+    return dict(tensors)
+
+
+def function_arguments(path, arguments):
+    """What a keras_vit `.keras` file's layer configs add to its shapes."""
+    configs = keras_layer_configs(path)
+    # The image input (a pre-training model has mask inputs too).
+    batch_shape = configs.get("images", {}).get("batch_shape") or next(
+        (c["batch_shape"] for c in configs.values() if "batch_shape" in c), None
+    )
+    if batch_shape:
+        arguments["input_shape"] = tuple(batch_shape[1:])
+    positions = configs.get("position_embedding", {})
+    if "resample_method" in positions:
+        arguments["resample_method"] = positions["resample_method"]
+    if arguments["input_shape"][0] is None and "grid_size" in positions:
+        # A model of run-time resolution: its table's image size.
+        stride = int(np.prod(configs.get("stem", {}).get("strides") or
+                             [2] * len(configs.get("stem", {}).get("filters", ()))))
+        patch = configs.get("patch_embedding", {}).get("patch_size", (1, 1))
+        arguments["base_image_size"] = tuple(
+            int(g) * int(p) * stride for g, p in zip(positions["grid_size"], patch))
+    block = configs.get("encoderblock_0", {})
+    arguments["approximate_gelu"] = block.get("approximate_gelu", True)
+    arguments["layer_norm_epsilon"] = block.get("layer_norm_epsilon", 1e-6)
+    arguments["position_embedding"] = configs.get("position_embedding", {}).get("kind", "learned")
+    if "stem" in configs:
+        arguments["stem_filters"] = tuple(configs["stem"]["filters"])
+        arguments["stem_strides"] = tuple(configs["stem"].get("strides") or ()) or None
+    pooling = configs.get("pooling")
+    arguments["pooling"] = "map" if "map_head" in configs else pooling["mode"] if pooling else None
+    rescaling = configs.get("rescaling")
+    arguments["include_rescaling"] = rescaling is not None
+    if rescaling is not None:
+        channels = arguments["input_shape"][-1]
+        scale = np.broadcast_to(np.asarray(rescaling["scale"], "float64"), (channels,))
+        offset = np.broadcast_to(np.asarray(rescaling["offset"], "float64"), (channels,))
+        std = 1.0 / (255.0 * scale)
+        arguments["normalization"] = (tuple(-offset * std), tuple(std))
+    return arguments

@@ -1,0 +1,110 @@
+"""Checkpoint files to `{name: array}`, never unpickling anything.
+
+`.npz` with `allow_pickle=False`, `.safetensors` with `safetensors`,
+PyTorch `.bin`/`.pth`/`.pt` with `torch.load(weights_only=True)`, and this
+package's own `.keras` files in Keras' safe mode; also the JSON files that
+sit beside a checkpoint and the layer configs of a `.keras` file.
+"""
+
+import json
+import os
+import zipfile
+
+import numpy as np
+
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".bin", ".pth", ".pt", ".keras")
+
+
+def _read_npz(path):
+    with np.load(path, allow_pickle=False) as archive:  # object arrays need pickle: refused
+        return {key: archive[key] for key in archive.files}
+
+
+def _read_safetensors(path):
+    from safetensors.numpy import load_file
+
+    return load_file(path)
+
+
+def _read_keras(path):
+    import keras
+
+    import keras_vit  # noqa: F401  (registers the layers)
+
+    # Keras' safe mode: a file with a Lambda layer is refused.
+    model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    return {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
+
+
+def _read_torch(path):
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(
+            f"Reading the PyTorch file {path!r} needs torch "
+            "(`pip install keras-vit[torch]`); .safetensors files do not."
+        ) from None
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise ValueError(f"it holds a {type(state).__name__}, not a state dict")
+    state = state.get("model", state.get("state_dict", state))
+    return {k: v.float().numpy() for k, v in state.items() if hasattr(v, "numpy")}
+
+
+_READERS = {
+    ".npz": ("NumPy .npz", _read_npz),
+    ".safetensors": ("safetensors", _read_safetensors),
+    ".keras": ("Keras .keras", _read_keras),
+    ".bin": ("PyTorch", _read_torch),
+    ".pth": ("PyTorch", _read_torch),
+    ".pt": ("PyTorch", _read_torch),
+}
+
+
+def read_tensors(path):
+    """`{name: array}` of a checkpoint file, never unpickling anything.
+
+    A damaged, truncated or crafted file ends in a `ValueError` that names
+    the file and what the parser found, whatever the parser raised.
+    """
+    suffix = next((s for s in _READERS if str(path).endswith(s)), None)
+    if suffix is None:
+        raise ValueError(
+            f"{path!r} is not a checkpoint file; expected one ending in "
+            f"{' or '.join(CHECKPOINT_SUFFIXES)}."
+        )
+    if not os.path.isfile(path):
+        raise ValueError(f"No such checkpoint file: {path!r}")
+    kind, read = _READERS[suffix]
+    try:
+        return read(path)
+    except ImportError:
+        raise
+    except Exception as error:  # noqa: BLE001  (parsers raise anything on bad bytes)
+        raise ValueError(
+            f"{path!r} is not a readable {kind} checkpoint "
+            f"({type(error).__name__}: {str(error)[:500]})"
+        ) from None
+
+
+def read_json_beside(path, name):
+    """A JSON file (`config.json`, ...) in the checkpoint's folder, or `{}`."""
+    json_path = os.path.join(os.path.dirname(os.path.abspath(path)), name)
+    if not os.path.isfile(json_path):
+        return {}
+    with open(json_path) as f:
+        return json.load(f)
+
+
+def keras_layer_configs(path):
+    """`{layer name: config}` of a `.keras` file's functional model.
+
+    Read from the archive's `config.json`, without building anything.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+        layers = config["config"]["layers"]
+        return {layer["name"]: layer["config"] for layer in layers}
+    except (zipfile.BadZipFile, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path!r} is not a Keras functional model file: {error}") from None
