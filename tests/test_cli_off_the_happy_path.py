@@ -18,9 +18,10 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.cli import _cli_message, main
+from keras_vit.cli import main
+from keras_vit.cli.common import cli_message
 from keras_vit.training.backup import latest_checkpoint
-from keras_vit.training.loop import record_run
+from keras_vit.training.run import record_run
 from tests.conftest import BACKEND, TINY
 from tests.test_console import console_environment
 from tests.training.test_train_command import write_dataset
@@ -110,7 +111,7 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
     with pytest.raises(ValueError) as error:
         record_run(str(tmp_path), True, {**settings, "model": "Ti/16", "batch_size": 16,
                                          "epochs": 5})
-    message = _cli_message(str(error.value))
+    message = cli_message(str(error.value))
     assert "--model 'Ti/16' (the run has 'small')" in message
     assert "--batch-size 16 (the run has 8)" in message
     assert "--overwrite" in message and len(message.splitlines()) == 1
@@ -215,14 +216,14 @@ def test_an_unprepared_tfds_dataset_is_refused_at_once_naming_download(tmp_path)
 
 
 def test_cli_messages_use_the_options_names():
-    assert _cli_message("Dataset 'x' has 3 training images, fewer than one batch of "
+    assert cli_message("Dataset 'x' has 3 training images, fewer than one batch of "
                         "batch_size=8; use a smaller `batch_size`.") == (
         "Dataset 'x' has 3 training images, fewer than one batch of --batch-size 8; "
         "use a smaller --batch-size.")
-    assert _cli_message("pass `overwrite=True` (`--overwrite`) to replace it, or another "
+    assert cli_message("pass `overwrite=True` (`--overwrite`) to replace it, or another "
                         "`version`.") == "pass --overwrite to replace it, or another --output " \
                                          "version folder."
-    assert _cli_message("`data_dir` and `gradient_accumulation_steps=2`") == \
+    assert cli_message("`data_dir` and `gradient_accumulation_steps=2`") == \
         "--data-dir and --accumulate 2"
 
 
@@ -291,7 +292,7 @@ def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys
 def test_learning_curves_count_epochs_like_the_history(tmp_path):
     from matplotlib import image as mpimg  # noqa: F401 (matplotlib present)
 
-    from keras_vit.training import loop
+    from keras_vit.training import run as loop
 
     csv_path = tmp_path / "history.csv"
     csv_path.write_text("epoch,accuracy,loss,val_accuracy,val_loss\n1,0.5,1.0,0.6,0.9\n")

@@ -173,6 +173,18 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixe
     return image
 
 
+def _check_limit(limit):
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ValueError(f"`limit` must be None or a positive int. Received: limit={limit!r}")
+
+
+def limited(size, limit):
+    """The examples a pipeline of `size` examples (or `None`: unknown) keeps under `limit`."""
+    if limit is None or size is None:
+        return size
+    return min(size, limit)
+
+
 def make_pipeline(
     dataset,
     num_classes,
@@ -190,6 +202,7 @@ def make_pipeline(
     cache=False,
     drop_remainder=None,
     shard=None,
+    limit=None,
 ):
     """Turns `(image, label)` examples into model-ready batches.
 
@@ -225,6 +238,8 @@ def make_pipeline(
             `num_shards`-th example from `index` on (one worker's share in
             multi-worker training), every shard cut to the same length
             when the size is known, so that all workers run as many steps.
+        limit: `None` or an int: only the first `limit` examples (a quick
+            trial run; the sources' `Dataset.size` counts them the same).
 
     Returns:
         `tf.data.Dataset` of `(float32 images (B, H, W, channels),
@@ -243,6 +258,7 @@ def make_pipeline(
         raise ValueError(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
         )
+    _check_limit(limit)
     image_spec = dataset.element_spec[0]
     if image_spec.shape.rank not in (2, 3) or (
         image_spec.shape.rank == 3 and image_spec.shape[-1] not in (1, 3, 4)
@@ -300,7 +316,7 @@ def make_pipeline(
     def counted(data):
         return tf.data.Dataset.zip(tf.data.Dataset.counter(), data)
 
-    data = dataset
+    data = dataset if limit is None else dataset.take(limit)
     if shard is not None:
         size = int(data.cardinality())
         data = data.shard(*shard)
@@ -370,7 +386,7 @@ def from_arrays(images, labels, class_names=None, **kwargs):
         )
     dataset = tf.data.Dataset.from_tensor_slices((images, labels))
     data = make_pipeline(dataset, len(class_names), shuffle_buffer=len(images), **kwargs)
-    return Dataset(data, tuple(class_names), len(images))
+    return Dataset(data, tuple(class_names), limited(len(images), kwargs.get("limit")))
 
 
 def fashion_mnist(split="train", **kwargs):
@@ -537,7 +553,7 @@ def from_folder(directory, max_pixels=None, max_bytes=None, validation_split=Non
         .ignore_errors(log_warning=True)
     )
     data = make_pipeline(dataset, len(class_names), shuffle_buffer=len(paths), **kwargs)
-    return Dataset(data, class_names, len(paths))
+    return Dataset(data, class_names, limited(len(paths), kwargs.get("limit")))
 
 
 def _first_line(text, limit=300):
@@ -604,7 +620,7 @@ def from_tfds(name, split="train", data_dir=None, download=False, **kwargs):
     class_names = tuple(info.features["label"].names)
     size = info.splits[split].num_examples if split in info.splits else None
     data = make_pipeline(dataset, len(class_names), shuffle_buffer=10_000, **kwargs)
-    return Dataset(data, class_names, size)
+    return Dataset(data, class_names, limited(size, kwargs.get("limit")))
 
 
 def folder_layout(directory):

@@ -8,17 +8,11 @@ command continues an interrupted run). `keras-vit finetune
 OUTPUT_DIR/model.keras` then trains a classifier from the encoder.
 """
 
-import json
-import os
-import shutil
-import time
-
-from keras_vit.training.loop import cleans_up_failed_output_dir
+from keras_vit.training.run import cleans_up_failed_output_dir
 
 # MAE's decoder for the small models (its paper's is 512 wide, 8 deep,
 # 16 heads, for encoders of width 768 and more).
 SMALL_DECODER = dict(decoder_dim=64, decoder_depth=2, decoder_heads=4)
-OUTPUT_FILES = ("model.keras", "history.csv", "learning_curves.png", "metrics.json", "run.json")
 
 
 @cleans_up_failed_output_dir
@@ -64,34 +58,18 @@ def pretrain(
     Returns:
         dict of the metrics (last epoch's loss, timings) and output paths.
     """
-    import keras
-
     import keras_vit
     from keras_vit import data as vit_data
-    from keras_vit.data.augmentation import batch_augmentation, get_config
+    from keras_vit.data.augmentation import batch_augmentation
     from keras_vit.pretraining.objectives import get_objective
-    from keras_vit.training.backup import replace_atomically
-    from keras_vit.training.loop import (
-        SMALL_MODELS,
-        _deterministic_kernels,
-        check_dataset_source,
-        check_output_dir,
-        dataset_reference,
-        fit_with_checkpoints,
-        model_arguments,
-        plot_history,
-        record_run,
-    )
-    from keras_vit.training.recipes import get_recipe
+    from keras_vit.training.loop import SMALL_MODELS, model_arguments
+    from keras_vit.training.run import Run, check_dataset_source, dataset_reference
 
-    start = time.perf_counter()
     # Every argument is checked before any data is read or model built.
-    recipe_name = recipe if isinstance(recipe, str) else repr(recipe)
-    recipe = get_recipe(recipe)
-    get_config(augmentation)
-    for name, value in (("epochs", epochs), ("batch_size", batch_size)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
+    run = Run("pretrain", output_dir=output_dir, overwrite=overwrite, epochs=epochs,
+              batch_size=batch_size, recipe=recipe, augmentation=augmentation, seed=seed,
+              deterministic=deterministic, log=log)
+    recipe = run.recipe
     options = dict(objective_options or {})
     if objective == "mae" and model in SMALL_MODELS:
         options = {**SMALL_DECODER, **options}
@@ -114,36 +92,19 @@ def pretrain(
         )
     channels = 1 if (dataset == "fashion_mnist" and model in SMALL_MODELS) else 3
     check_dataset_source(dataset)
-    os.makedirs(output_dir, exist_ok=True)
-    resuming = check_output_dir(output_dir, overwrite)
-    record_run(output_dir, resuming, {
-        "job": "pretrain", "dataset": dataset_reference(dataset), "data_dir": data_dir,
+    run.open({
+        "dataset": dataset_reference(dataset), "data_dir": data_dir,
         "objective": objective.name if hasattr(objective, "name") else type(objective).__name__,
         "objective_options": options, "model": model, "image_size": image_size,
-        "patch_size": patch_size, "batch_size": batch_size, "recipe": recipe_name,
-        "augmentation": augmentation, "seed": seed,
-        "gradient_accumulation_steps": gradient_accumulation_steps, "epochs": epochs,
+        "patch_size": patch_size, "gradient_accumulation_steps": gradient_accumulation_steps,
     })
-
-    keras.utils.set_random_seed(seed)
-    if deterministic:
-        _deterministic_kernels()
-    common = dict(image_size=image_size, channels=channels, seed=seed)
-    if data_dir is not None:
-        common["data_dir"] = data_dir
-    if download:
-        common["download"] = True
+    common = run.data_options(image_size, channels, data_dir, download)
     train_data = vit_data.load(
         dataset, "train", training=True,
         crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0), flip=True,
         augmentation=batch_augmentation(augmentation, seed), batch_size=batch_size, **common,
     )
-    steps_per_epoch = (train_data.size or 0) // batch_size
-    if not steps_per_epoch:
-        raise ValueError(
-            f"Dataset {dataset!r} has {train_data.size or 0} training images, fewer than one "
-            f"batch of batch_size={batch_size}; use a smaller `batch_size`."
-        )
+    steps_per_epoch = run.steps_per_epoch(train_data, dataset)
     encoder = keras_vit.VisionTransformer(
         **{**arguments, "pooling": None}, include_top=False,
         input_shape=(image_size, image_size, channels),
@@ -164,28 +125,11 @@ def pretrain(
         f"objective: {objective}; encoder: {model} ViT, {encoder.count_params():,} "
         f"parameters ({network.count_params():,} with the objective's parts); recipe: {recipe}"
     )
-    history, fit_seconds = fit_with_checkpoints(
-        network, objective.batches(train_data.data, network, seed), epochs=epochs,
-        output_dir=output_dir, resuming=resuming, verbose=verbose, log=log,
-    )
-    paths = {name: os.path.join(output_dir, name) for name in OUTPUT_FILES}
-    replace_atomically(paths["model.keras"], network.save)
-    plot_history(paths["history.csv"], paths["learning_curves.png"])
-    shutil.rmtree(os.path.join(output_dir, "backup"), ignore_errors=True)
+    history = run.fit(network, objective.batches(train_data.data, network, seed),
+                      verbose=verbose)
     last = {key: float(values[-1]) for key, values in history.history.items() if values}
-    metrics = {
+    return run.finish(network, {
         **last,
         "objective": type(objective).__name__,
-        "backend": keras.backend.backend(),
         "encoder_parameters": encoder.count_params(),
-        "epochs": epochs,
-        "fit_seconds": round(fit_seconds, 1),
-        "total_seconds": round(time.perf_counter() - start, 1),
-    }
-
-    def write_metrics(path):
-        with open(path, "w") as f:
-            json.dump(metrics, f, indent=2)
-
-    replace_atomically(paths["metrics.json"], write_metrics)
-    return {"metrics": metrics, "paths": paths}
+    })

@@ -1,7 +1,7 @@
 """Training: the paper's recipes and the `keras-vit train` job."""
 
 from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
-from keras_vit.training.loop import SMALL_MODEL, model_arguments, plot_history, train
+from keras_vit.training.loop import SMALL_MODEL, model_arguments, train
 from keras_vit.training.recipes import (
     RECIPES,
     Recipe,
@@ -11,3 +11,4 @@ from keras_vit.training.recipes import (
     no_weight_decay_variables,
     pretraining_optimizer,
 )
+from keras_vit.training.run import Run, plot_history

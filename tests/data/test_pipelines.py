@@ -57,6 +57,23 @@ def test_evaluation_pipeline_keeps_order_and_pixels():
     np.testing.assert_array_equal(y, np.eye(4))
 
 
+def test_limit_keeps_the_first_examples_and_counts_them(tmp_path):
+    images = np.arange(10 * 8 * 8).reshape(10, 8, 8, 1).astype("uint8")
+    ds = vit_data.from_arrays(images, np.arange(10) % 3, image_size=8, channels=1,
+                              batch_size=4, limit=6)
+    assert ds.size == 6
+    x = np.concatenate([x for x, _ in batches(ds, 2)])
+    np.testing.assert_array_equal(x, images[:6].astype("float32"))
+    write_folder(tmp_path)
+    folder = vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4, limit=5)
+    assert folder.size == 5
+    assert sum(len(y) for _, y in folder.data) == 5
+    # Above the size: all of it, counted as it is.
+    assert vit_data.from_arrays(images, np.arange(10) % 3, image_size=8, limit=50).size == 10
+    with pytest.raises(ValueError, match="limit=0"):
+        vit_data.from_arrays(images, np.arange(10) % 3, image_size=8, limit=0)
+
+
 def test_shards_are_disjoint_equal_and_cover_the_data():
     # Each of 3 workers reads every 3rd example; all run as many steps.
     images = np.arange(11 * 2 * 2).reshape(11, 2, 2, 1).astype("uint8")

@@ -106,6 +106,14 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
     assert not os.path.exists(tmp_path / "run")
 
 
+def test_a_bad_limit_fails_before_any_work(tmp_path):
+    from keras_vit.training import train
+
+    with pytest.raises(ValueError, match="Received: limit=0"):
+        train(limit=0, output_dir=str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")
+
+
 def test_empty_folder_fails_fast(tmp_path):
     os.makedirs(tmp_path / "data" / "train" / "a")
     os.makedirs(tmp_path / "data" / "test" / "a")

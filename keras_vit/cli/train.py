@@ -1,0 +1,83 @@
+"""`keras-vit train` and `keras-vit finetune`: a ViT trained (or a checkpoint
+fine-tuned), evaluated, and its run saved.
+"""
+
+from keras_vit.cli.common import TRAINING, add_run_arguments, fail, positive_int, progress
+
+NEEDS = TRAINING
+
+
+def add_parser(command):
+    train = command(
+        "train",
+        help="train a ViT (default: a small ViT on Fashion-MNIST), evaluate, save",
+        description=(
+            "Trains a ViT with model.fit on a tf.data pipeline, evaluates it on "
+            "the test split, and saves model.keras, class_names.json, "
+            "history.csv, learning_curves.png and metrics.json in OUTPUT_DIR. "
+            "Interrupted? Run the same command again: it resumes from the last "
+            "finished epoch."
+        ),
+    )
+    train.add_argument("--model", default="small",
+                       help="'small' or a variant of the paper, e.g. Ti/16, S/16")
+    train.add_argument("--patch-size", type=positive_int, default=None,
+                       help="patch size in pixels (default: the model's)")
+    add_run_arguments(train, epochs=8, batch_size=128, recipe="small",
+                       output_dir="keras_vit_run")
+    _add_limit(train)
+    train.set_defaults(run=run, needs=NEEDS)
+
+    finetune = command(
+        "finetune",
+        help="fine-tune a checkpoint (optionally at a higher resolution), evaluate, save",
+        description=(
+            "Fine-tunes a checkpoint (a model.keras of an earlier run, an official "
+            ".npz, a Hugging Face or timm .safetensors) on a dataset with the "
+            "paper's fine-tuning recipe: position embeddings resampled to "
+            "--image-size, a new zero head for another class count. Same "
+            "outputs and resume as `keras-vit train`."
+        ),
+    )
+    finetune.add_argument("weights", metavar="CHECKPOINT",
+                          help="a .keras file, an official .npz, a Hugging Face or timm file")
+    add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
+                       output_dir="keras_vit_finetune")
+    _add_limit(finetune)
+    finetune.set_defaults(run=run, needs=NEEDS)
+
+
+def _add_limit(parser):
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                        help="train on the first N training images only (a quick trial run)")
+
+
+def run(args):
+    """Trains (or, with a checkpoint, fine-tunes) a ViT and saves the run."""
+    from keras_vit.training import train
+
+    weights = getattr(args, "weights", None)
+    try:
+        result = train(
+            args.dataset, model=getattr(args, "model", "small"),
+            image_size=args.image_size, patch_size=getattr(args, "patch_size", None),
+            epochs=args.epochs, batch_size=args.batch_size,
+            recipe=args.recipe, augmentation=args.augmentation,
+            output_dir=args.output_dir, seed=args.seed, data_dir=args.data_dir,
+            overwrite=args.overwrite, weights=weights, distribute=args.distribute,
+            model_parallel=args.model_parallel,
+            gradient_accumulation_steps=args.accumulate,
+            validate_every=args.validate_every, deterministic=args.deterministic,
+            validation_split=args.validation_split, download=args.download, limit=args.limit,
+            verbose=progress(),
+        )
+    except (ValueError, RuntimeError) as error:
+        fail(args.command, error)
+    metrics, paths = result["metrics"], result["paths"]
+    if "test_accuracy" in metrics:
+        print(f"test accuracy: {metrics['test_accuracy']:.4f}, "
+              f"cross-entropy {metrics['test_cross_entropy']:.4f}")
+    print(f"trained in {metrics['fit_seconds']:.0f} s, {metrics['total_seconds']:.0f} s in all")
+    for name, path in paths.items():
+        print(f"  {name:<20} {path}")
+    return 0
