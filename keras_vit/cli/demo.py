@@ -6,9 +6,16 @@ train` runs), one epoch; the prediction reads the run's saved model back.
 
 import time
 
-from keras_vit.cli.common import fail, load_run_model, non_negative_int, positive_int, progress
+from keras_vit.cli.common import (
+    TRAINING,
+    fail,
+    load_run_model,
+    non_negative_int,
+    positive_int,
+    progress,
+)
 
-NEEDS = ("train", ("tensorflow", "tensorflow_datasets", "matplotlib"))
+NEEDS = TRAINING  # it runs `train()`
 
 
 def add_parser(command):

@@ -173,7 +173,8 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixe
     return image
 
 
-def _check_limit(limit):
+def check_limit(limit):
+    """Refuses a `limit` that is not `None` or a positive int (a `ValueError` naming it)."""
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ValueError(f"`limit` must be None or a positive int. Received: limit={limit!r}")
 
@@ -258,7 +259,7 @@ def make_pipeline(
         raise ValueError(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
         )
-    _check_limit(limit)
+    check_limit(limit)
     image_spec = dataset.element_spec[0]
     if image_spec.shape.rank not in (2, 3) or (
         image_spec.shape.rank == 3 and image_spec.shape[-1] not in (1, 3, 4)

@@ -183,6 +183,7 @@ def train(
     import keras_vit
     from keras_vit import data as vit_data
     from keras_vit.data.augmentation import batch_augmentation
+    from keras_vit.data.pipelines import check_limit
     from keras_vit.distribution import distribute as distribute_engine
     from keras_vit.training.backup import replace_atomically
 
@@ -191,8 +192,7 @@ def train(
               batch_size=batch_size, recipe=recipe, augmentation=augmentation, seed=seed,
               deterministic=deterministic, log=log, output_files=OUTPUT_FILES)
     recipe = run.recipe
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"`limit` must be None or a positive int. Received: limit={limit!r}")
+    check_limit(limit)
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
             f"`validate_every` must be None or a positive int. Received: validate_every={validate_every!r}"
