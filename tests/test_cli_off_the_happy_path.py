@@ -21,7 +21,7 @@ import keras_vit
 from keras_vit.cli import main
 from keras_vit.cli.common import cli_message
 from keras_vit.training.backup import latest_checkpoint
-from keras_vit.training.run import record_run
+from keras_vit.training.run import Run, read_run, record_run
 from tests.conftest import BACKEND, TINY
 from tests.test_console import console_environment
 from tests.training.test_train_command import write_dataset
@@ -117,6 +117,27 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
     assert "--overwrite" in message and len(message.splitlines()) == 1
     with pytest.raises(ValueError, match="epochs=2 \\(the run has 5\\)"):
         record_run(str(tmp_path), True, {**settings, "epochs": 2})
+
+
+def test_overwrite_starts_over_an_unfinished_run_only_when_its_settings_differ(tmp_path):
+    def open_run(batch_size, overwrite):
+        run = Run("train", output_dir=str(tmp_path), overwrite=overwrite, epochs=3,
+                  batch_size=batch_size, recipe="small", augmentation="none", seed=0)
+        return run.open({"dataset": "fashion_mnist"})
+
+    assert open_run(8, overwrite=False) is False
+    checkpoint = tmp_path / "backup" / "epoch_1.keras"
+    checkpoint.parent.mkdir()
+    checkpoint.write_bytes(b"a checkpoint")  # an unfinished run
+    # Its own settings: it resumes, --overwrite or not, and keeps its checkpoint.
+    assert open_run(8, overwrite=True) is True and checkpoint.exists()
+    with pytest.raises(ValueError, match="batch_size=16 \\(the run has 8\\)"):
+        open_run(16, overwrite=False)
+    assert checkpoint.exists() and read_run(str(tmp_path))["batch_size"] == 8
+    # Other settings with --overwrite, as the refusal offers: a fresh run.
+    assert open_run(16, overwrite=True) is False
+    assert not (tmp_path / "backup").exists()
+    assert read_run(str(tmp_path))["batch_size"] == 16
 
 
 def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, tmp_path):

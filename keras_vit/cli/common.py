@@ -201,7 +201,8 @@ def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distrib
                              "--data-dir (without it, such a dataset is refused at once)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace a finished run in OUTPUT_DIR")
+                        help="replace a finished run in OUTPUT_DIR, or start over an unfinished "
+                             "one whose settings differ")
     parser.add_argument("--deterministic", action="store_true",
                         help="deterministic kernels: a killed and resumed run ends with the "
                              "weights of an uninterrupted one")

@@ -150,7 +150,9 @@ def train(
         augmentation: a preset in `keras_vit.data.augmentation.PRESETS`.
         output_dir: folder for the outputs (and the resume backup).
         data_dir: TFDS data folder.
-        overwrite: replace a finished run in `output_dir`.
+        overwrite: replace a finished run in `output_dir`, or start over
+            an unfinished one whose settings differ (with its own settings
+            it resumes either way).
         weights: `None` (train from scratch) or a checkpoint to fine-tune;
             `model` and `patch_size` then come from it.
         distribute: `None` (one device), `"data"` or `"model"` (see

@@ -26,7 +26,8 @@ class Run:
     read; then the job checks its own, and:
 
     - `open(settings)` makes the output folder (resuming an unfinished run
-      there, refusing to replace a finished one unless `overwrite`),
+      there, refusing to replace a finished one unless `overwrite`; with
+      `overwrite`, an unfinished run whose settings differ starts over),
       records the settings in `run.json` (a resumed run must have the
       recorded ones), seeds every generator and, if asked, makes the
       kernels deterministic;
@@ -98,11 +99,17 @@ class Run:
             self.output_dir = os.fspath(output_dir)
         os.makedirs(self.output_dir, exist_ok=True)
         self.resuming = check_output_dir(self.output_dir, self.overwrite, self.output_files)
-        record_run(self.output_dir, self.resuming, {
+        settings = {
             "job": self.job, **settings, "batch_size": self.batch_size,
             "recipe": self.recipe_name, "augmentation": self.augmentation, "seed": self.seed,
             "epochs": self.epochs,
-        })
+        }
+        if self.resuming and self.overwrite and changed_settings(self.output_dir, settings):
+            # Asked to overwrite a run that cannot resume with these settings:
+            # start over. With its own settings it resumes, overwrite or not.
+            shutil.rmtree(os.path.join(self.output_dir, "backup"))
+            self.resuming = False
+        record_run(self.output_dir, self.resuming, settings)
         keras.utils.set_random_seed(self.seed)
         if self.deterministic:
             deterministic_kernels()
@@ -434,6 +441,22 @@ def read_run(output_dir):
         return json.load(f)
 
 
+def changed_settings(output_dir, settings):
+    """The names of `settings` an unfinished run in `output_dir` cannot resume with.
+
+    Every recorded setting must be the same, except that `epochs` may grow.
+    """
+    settings = json.loads(json.dumps(settings))  # tuples as lists, as read back
+    recorded = read_run(output_dir)
+    if recorded is None:
+        return []
+    changed = [key for key in sorted(set(settings) | set(recorded))
+               if key not in _MAY_CHANGE and settings.get(key) != recorded.get(key)]
+    if recorded.get("epochs") is not None and settings.get("epochs", 0) < recorded["epochs"]:
+        changed.append("epochs")
+    return changed
+
+
 def record_run(output_dir, resuming, settings):
     """Writes the run's settings; a resumed run must have the recorded ones.
 
@@ -446,10 +469,7 @@ def record_run(output_dir, resuming, settings):
     settings = json.loads(json.dumps(settings))  # tuples as lists, as read back
     recorded = read_run(output_dir) if resuming else None
     if recorded is not None:
-        changed = [key for key in sorted(set(settings) | set(recorded))
-                   if key not in _MAY_CHANGE and settings.get(key) != recorded.get(key)]
-        if recorded.get("epochs") is not None and settings.get("epochs", 0) < recorded["epochs"]:
-            changed.append("epochs")
+        changed = changed_settings(output_dir, settings)
         if changed:
             differences = ", ".join(
                 f"{key}={settings.get(key)!r} (the run has {recorded.get(key)!r})" for key in changed
