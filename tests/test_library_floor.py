@@ -15,7 +15,6 @@ import sys
 import textwrap
 
 import keras
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,8 +4,6 @@ import inspect
 import os
 import re
 
-import numpy as np
-
 from keras_vit.weights import registry
 from keras_vit.weights.architecture import infer_architecture, source_resample_method
 from keras_vit.weights.converters import to_canonical

@@ -89,12 +89,12 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 255, (8, 16, 16, 3)).astype("float32")
     y = np.eye(5, dtype="float32")[rng.integers(0, 5, 8)]
-    results = []
+    results, start = [], None
     for batch_size, accumulate in ((4, 2), (8, None)):
         model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
-        if results:
-            model.set_weights(start)
-        start = model.get_weights()
+        if start is None:
+            start = model.get_weights()
+        model.set_weights(start)
         model.compile(
             optimizer=finetuning_optimizer(0.5, clipnorm=None, gradient_accumulation_steps=accumulate),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True),
