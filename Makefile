@@ -14,7 +14,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The machine's local CPU wheel of torch, where there is one.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: demo test setup clean
+.PHONY: demo test test-keras setup clean
 
 demo: setup
 	$(BIN)/keras-vit demo
@@ -43,6 +43,17 @@ test: setup
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED on:$$failed"; exit 1; fi; \
 	echo "all backends passed: $(BACKENDS)"
+
+# The suite on another Keras release than the lock's, e.g. the lower bound
+# that pyproject.toml names: `make test-keras KERAS=3.14.1`. That release
+# alone is laid over the venv (pip --target, first on PYTHONPATH, which the
+# suite's subprocesses inherit); everything else stays as locked.
+test-keras: setup
+	@[ -n "$(KERAS)" ] || { echo "usage: make test-keras KERAS=3.14.1"; exit 2; }
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target .keras-$(KERAS) keras==$(KERAS)
+	@PYTHONPATH=$(CURDIR)/.keras-$(KERAS) $(BIN)/python -c \
+	  "import keras; assert keras.__version__ == '$(KERAS)', keras.__version__; print('testing on Keras', keras.__version__)"
+	PYTHONPATH=$(CURDIR)/.keras-$(KERAS):$(CURDIR) $(MAKE) test
 
 setup: $(VENV)/.installed $(FASHION_MNIST)
 
