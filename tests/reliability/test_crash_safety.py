@@ -187,7 +187,11 @@ def test_repeated_predict_and_serving_calls_keep_memory_flat():
     spec = importlib.util.spec_from_file_location("memory_growth", path)
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
-    results = benchmark.measure(BACKEND, calls=400, warmup=150)
+    # Resident memory may climb over the first few hundred calls and then
+    # level off (the allocators' pools and Keras' caches filling: 60 MB over
+    # 300 torch predicts on Keras 3.14, flat for the next thousand); only
+    # what grows after that is a leak.
+    results = benchmark.measure(BACKEND, calls=600, warmup=350)
     expected = {"predict", "serving signature"} if BACKEND == "tensorflow" else {"predict"}
     assert {r["case"] for r in results} == expected
     for result in results:
