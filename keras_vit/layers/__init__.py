@@ -8,6 +8,7 @@ from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.masked_token_restoration import RestoreMaskedTokens
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_vit.layers.patch_corruption import PatchCorruption
+from keras_vit.layers.patch_dropout import PatchDropout
 from keras_vit.layers.patch_embedding import PatchEmbedding, patch_grid
 from keras_vit.layers.position_embedding import (
     PositionEmbedding,
@@ -28,6 +29,7 @@ __all__ = [
     "LayerScale",
     "MultiHeadSelfAttention",
     "PatchCorruption",
+    "PatchDropout",
     "PatchEmbedding",
     "PositionEmbedding",
     "RegisterTokens",

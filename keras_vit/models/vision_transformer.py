@@ -202,6 +202,7 @@ def VisionTransformer(
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
     drop_path_rate=0.0,
+    patch_dropout_rate=0.0,
     layer_scale_init=_FROM_WEIGHTS["layer_scale_init"],
     approximate_gelu=_FROM_WEIGHTS["approximate_gelu"],
     layer_norm_epsilon=_FROM_WEIGHTS["layer_norm_epsilon"],
@@ -294,6 +295,10 @@ def VisionTransformer(
         attention_dropout_rate: float, dropout on attention probabilities.
         drop_path_rate: float, stochastic depth rate of the last block,
             rising linearly from 0 in the first.
+        patch_dropout_rate: float in `[0, 1)`, the share of patch tokens
+            that training drops at random before the blocks (`PatchDropout`,
+            layer `patch_dropout`: cheaper steps; inference sees every
+            token). Needs a fixed `input_shape`.
         layer_scale_init: (the checkpoint's, else `None`) float or `None`,
             LayerScale initial value.
         approximate_gelu: (the checkpoint's, else `True`) bool,
@@ -356,6 +361,19 @@ def VisionTransformer(
             f"Received: resample_method={resample_method!r}"
         )
     dynamic = None in input_shape[:2]
+    if isinstance(patch_dropout_rate, bool) or not isinstance(
+        patch_dropout_rate, (int, float)
+    ) or not 0 <= patch_dropout_rate < 1:
+        raise ValueError(
+            "`patch_dropout_rate` must be a float in [0, 1). "
+            f"Received: patch_dropout_rate={patch_dropout_rate!r}"
+        )
+    if patch_dropout_rate and dynamic:
+        raise ValueError(
+            "patch_dropout_rate needs a fixed input size; a model of run-time "
+            f"resolution was asked for. Received: patch_dropout_rate="
+            f"{patch_dropout_rate!r}, input_shape={input_shape!r}"
+        )
     if dynamic:
         table_size = _pair(function["base_image_size"] or DEFAULT_INPUT_SHAPE[0],
                            "base_image_size")
@@ -466,6 +484,11 @@ def VisionTransformer(
             num_register_tokens, index=num_embedded_prefix, name="register_tokens"
         )(x)
     num_prefix_tokens = num_embedded_prefix + num_register_tokens
+    if patch_dropout_rate:
+        x = vit_layers.PatchDropout(
+            patch_dropout_rate, num_prefix_tokens=num_prefix_tokens,
+            seed=sublayer_seed(1), name="patch_dropout",
+        )(x)
     x = keras.layers.Dropout(dropout_rate, seed=sublayer_seed(0), name="dropout")(x)
     for index, block_drop_path in enumerate(
         np.linspace(0.0, drop_path_rate, num_layers)

@@ -281,6 +281,7 @@ def train(
         classifier_activation=None,
         dropout_rate=recipe.dropout_rate,
         drop_path_rate=recipe.drop_path_rate,
+        patch_dropout_rate=recipe.patch_dropout_rate,
         seed=seed,
         name="vit",
     )

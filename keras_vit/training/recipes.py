@@ -181,6 +181,9 @@ class Recipe:
         label_smoothing: float.
         dropout_rate: dropout of the model (applied when it is built).
         drop_path_rate: stochastic depth of the model.
+        patch_dropout_rate: share of the patch tokens that training drops
+            (`keras_vit.layers.PatchDropout`: cheaper steps, a regulariser;
+            inference sees every token).
         beta_2: Adam's second-moment decay.
     """
 
@@ -193,6 +196,7 @@ class Recipe:
     label_smoothing: float = 0.0
     dropout_rate: float = 0.1
     drop_path_rate: float = 0.0
+    patch_dropout_rate: float = 0.0
     beta_2: float = 0.999
 
     def __str__(self):
@@ -206,7 +210,7 @@ class Recipe:
             parts.append(f"weight decay {self.weight_decay:g}")
         if self.clipnorm:
             parts.append(f"gradient clip {self.clipnorm:g}")
-        for name in ("label_smoothing", "dropout_rate", "drop_path_rate"):
+        for name in ("label_smoothing", "dropout_rate", "drop_path_rate", "patch_dropout_rate"):
             if getattr(self, name):
                 parts.append(f"{name.replace('_rate', '').replace('_', ' ')} {getattr(self, name):g}")
         return ", ".join(parts)

@@ -130,3 +130,21 @@ def test_predict_rejects_files_that_are_not_images(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no image could be read"):
         main(["predict", str(bad), "--model", os.path.join(out, "model.keras")])
     assert f"{bad}: not a JPEG/PNG/GIF/BMP image" in capsys.readouterr().err
+
+
+def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_path):
+    import dataclasses
+
+    import keras
+
+    from keras_vit.training import RECIPES, train
+
+    data = write_dataset(tmp_path / "data", per_class=16)
+    recipe = dataclasses.replace(RECIPES["small"], patch_dropout_rate=0.5)
+    result = train(data, image_size=16, epochs=1, batch_size=8, recipe=recipe,
+                   output_dir=str(tmp_path / "run"), verbose=0, log=lambda line: None)
+    model = keras.saving.load_model(result["paths"]["model.keras"])
+    assert model.get_layer("patch_dropout").rate == 0.5
+    assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
+    with open(os.path.join(tmp_path, "run", "run.json")) as f:
+        assert "patch_dropout_rate=0.5" in json.load(f)["recipe"]
