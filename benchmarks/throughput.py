@@ -5,7 +5,8 @@ measurement in a fresh process, so backends and peak memory do not mix):
 
 - the limit: a large square matrix multiplication (fp32, bf16) per framework;
 - ViT-B/16 inference (224 px, batch 16) and ViT-S/16 training steps (224 px,
-  batch 32, AdamW) of keras_vit on each backend, keras-hub's
+  batch 32, AdamW) of keras_vit on each backend (training also with half
+  the patch tokens dropped, `patch_dropout_rate=0.5`), keras-hub's
   `ViTImageClassifier` (same configuration, random weights) on TensorFlow
   and JAX, and Hugging Face `ViTForImageClassification` on PyTorch;
 - ViT-B/16 inference under `mixed_bfloat16` (keras_vit, keras-hub);
@@ -211,7 +212,7 @@ def jax_attention_is_fused(hidden_dim, num_heads, tokens):
     return "__cudnn$fmha" in hlo
 
 
-def keras_model(library, variant, image_size):
+def keras_model(library, variant, image_size, patch_dropout_rate=0.0):
     import keras
 
     arch = architecture(variant)
@@ -221,7 +222,7 @@ def keras_model(library, variant, image_size):
 
         return keras_vit.VisionTransformer(
             **arch, input_shape=shape, classes=CLASSES, classifier_activation=None,
-            include_rescaling=False,
+            include_rescaling=False, patch_dropout_rate=patch_dropout_rate,
         )
     import keras_hub
 
@@ -280,7 +281,7 @@ def inference(library, variant, image_size, batch, steps, precision="float32", j
 
 
 def training(library, variant, image_size, batch, steps, jit_compile="auto",
-             precision="float32"):
+             precision="float32", patch_dropout_rate=0.0):
     """Images/s of AdamW training steps, and the process's peak memory.
 
     On a GPU the batch is placed on it once, so that the steps measure the
@@ -288,6 +289,8 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
     real training (Keras: `model.fit`; PyTorch: no synchronisation between
     steps) instead of waiting for each other; `precision="mixed_bfloat16"`
     is Keras' dtype policy, or autocast to bf16 for Hugging Face.
+    `patch_dropout_rate` (keras_vit) trains on that share of the patch
+    tokens fewer (`PatchDropout`).
     """
     import contextlib
     import resource
@@ -321,7 +324,7 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
                    else timed(step, steps, warmup=1))
     else:
         keras.config.set_dtype_policy(precision)
-        model = keras_model(library, variant, image_size)
+        model = keras_model(library, variant, image_size, patch_dropout_rate)
         model.compile(
             optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.1),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -511,6 +514,10 @@ def plan(backends, settings, memory):
                 rows.append((f"training {training_config['variant']} fp32 XLA", library, backend,
                              {"task": "training", "library": library, "jit_compile": True,
                               **training_config}))
+            if library == "keras_vit":  # half the patch tokens in training: cheaper steps
+                rows.append((f"training {training_config['variant']} fp32 patch dropout 0.5",
+                             library, backend, {"task": "training", "library": library,
+                                                "patch_dropout_rate": 0.5, **training_config}))
             if memory:
                 rows.append((f"memory {settings['memory']['variant']} training", library, backend,
                              {"task": "training", "library": library, **settings["memory"]}))
@@ -549,7 +556,8 @@ def flops_per_image(task):
     from keras_vit.models import flop_count
 
     return flop_count(architecture(task["variant"]), task["image_size"], CLASSES,
-                      training=task["task"] == "training")
+                      training=task["task"] == "training",
+                      patch_dropout_rate=task.get("patch_dropout_rate", 0.0))
 
 
 def main(argv=None):

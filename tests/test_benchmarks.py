@@ -39,6 +39,13 @@ def test_flop_count_of_vit_b16_matches_the_hand_count():
     assert flop_count("B/16") == 35_127_656_448  # 17.56 GMACs, as usually quoted
     assert flop_count("S/16", training=True) == 3 * flop_count("S/16")
     assert flop_count("B/16", image_size=384) > 3 * flop_count("B/16")  # 577 tokens
+    # Patch dropout: a training step's blocks see 1 + ceil(0.5 * 196) = 99 tokens.
+    kept = 99
+    kept_block = (2 * kept * dim * 4 * dim + 2 * 2 * kept * kept * dim
+                  + 2 * 2 * kept * dim * mlp)
+    assert flop_count("B/16", training=True, patch_dropout_rate=0.5) == 3 * (
+        embedding + 12 * kept_block + head)
+    assert flop_count("B/16", patch_dropout_rate=0.5) == flop_count("B/16")  # inference
 
 
 def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
@@ -51,7 +58,8 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
     assert "| measurement | library | backend |" in table
     results = json.loads(out.read_text())["results"]
     measured = {(r["measurement"], r["library"]) for r in results if "error" not in r}
-    for row in ("GEMM 128^3 float32", "inference tiny fp32", "training tiny fp32"):
+    for row in ("GEMM 128^3 float32", "inference tiny fp32", "training tiny fp32",
+                "training tiny fp32 patch dropout 0.5"):
         library = "framework" if row.startswith("GEMM") else "keras_vit"
         assert (row, library) in measured, (row, results)
     assert ("main job (small, Fashion-MNIST)", "keras_vit") in measured

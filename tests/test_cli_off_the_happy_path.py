@@ -183,7 +183,7 @@ def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tm
               "512", "--output-dir", str(out)])
     assert not out.exists()
     for option, value in (("--image-size", "0"), ("--epochs", "-1"), ("--batch-size", "x"),
-                          ("--validation-split", "1.5")):
+                          ("--validation-split", "1.5"), ("--patch-dropout", "1")):
         with pytest.raises(SystemExit) as exit_:
             main(["train", "--output-dir", str(out), option, value])
         assert exit_.value.code == 2

@@ -2,7 +2,14 @@
 fine-tuned), evaluated, and its run saved.
 """
 
-from keras_vit.cli.common import TRAINING, add_run_arguments, fail, positive_int, progress
+from keras_vit.cli.common import (
+    TRAINING,
+    add_run_arguments,
+    fail,
+    fraction,
+    positive_int,
+    progress,
+)
 
 NEEDS = TRAINING
 
@@ -26,6 +33,7 @@ def add_parser(command):
     add_run_arguments(train, epochs=8, batch_size=128, recipe="small",
                        output_dir="keras_vit_run")
     _add_limit(train)
+    _add_patch_dropout(train)
     train.set_defaults(run=run, needs=NEEDS)
 
     finetune = command(
@@ -44,12 +52,19 @@ def add_parser(command):
     add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
                        output_dir="keras_vit_finetune")
     _add_limit(finetune)
+    _add_patch_dropout(finetune)
     finetune.set_defaults(run=run, needs=NEEDS)
 
 
 def _add_limit(parser):
     parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
                         help="train on the first N training images only (a quick trial run)")
+
+
+def _add_patch_dropout(parser):
+    parser.add_argument("--patch-dropout", type=fraction, default=None, metavar="RATE",
+                        help="train on a random share 1 - RATE of each image's patch tokens "
+                             "(cheaper steps at high resolution; evaluation sees all)")
 
 
 def run(args):
@@ -67,6 +82,7 @@ def run(args):
             overwrite=args.overwrite, weights=weights, distribute=args.distribute,
             model_parallel=args.model_parallel,
             gradient_accumulation_steps=args.accumulate,
+            patch_dropout_rate=args.patch_dropout,
             validate_every=args.validate_every, deterministic=args.deterministic,
             validation_split=args.validation_split, download=args.download, limit=args.limit,
             verbose=progress(),

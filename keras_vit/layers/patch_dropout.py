@@ -6,6 +6,13 @@ import keras
 from keras import ops
 
 
+def check_rate(rate, name="rate"):
+    """Refuses a dropped share that is not a number in `[0, 1)`, naming `name`."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={rate!r}")
+    return float(rate)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchDropout(keras.layers.Layer):
     """Keeps a random subset of each image's patch tokens in training.
@@ -46,14 +53,13 @@ class PatchDropout(keras.layers.Layer):
 
     def __init__(self, rate, num_prefix_tokens=1, seed=None, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise ValueError(f"`rate` must be a float in [0, 1). Received: rate={rate!r}")
+        rate = check_rate(rate)
         if not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
             raise ValueError(
                 "`num_prefix_tokens` must be an int >= 0. Received: "
                 f"num_prefix_tokens={num_prefix_tokens!r}"
             )
-        self.rate = float(rate)
+        self.rate = rate
         self.num_prefix_tokens = num_prefix_tokens
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)

@@ -1,5 +1,7 @@
 """The ViT variants of the paper (Table 1) and its code, as data."""
 
+import math
+
 # name -> (hidden_dim, num_layers, num_heads, mlp_dim)
 WIDTHS = {
     "Ti": (192, 12, 3, 768),
@@ -73,7 +75,8 @@ def parameter_count(variant, image_size=224, classes=1000, channels=3):
     )
 
 
-def flop_count(variant, image_size=224, classes=1000, channels=3, training=False):
+def flop_count(variant, image_size=224, classes=1000, channels=3, training=False,
+               patch_dropout_rate=0.0):
     """Floating-point operations of one image through a ViT, counted analytically.
 
     The matrix multiplications, at 2 FLOPs per multiply-add (the convention
@@ -93,6 +96,9 @@ def flop_count(variant, image_size=224, classes=1000, channels=3, training=False
         classes: int, the head's classes (0: no head).
         channels: int, image channels.
         training: bool, count a training step (forward and backward).
+        patch_dropout_rate: float, the share of patch tokens that a
+            training step drops before the blocks (`PatchDropout`): the
+            blocks of a training step count the kept ones.
 
     Returns:
         int, FLOPs per image.
@@ -106,8 +112,10 @@ def flop_count(variant, image_size=224, classes=1000, channels=3, training=False
     patch, dim = arch["patch_size"], arch["hidden_dim"]
     mlp, layers = arch["mlp_dim"], arch["num_layers"]
     patches = (image_size // patch) ** 2
-    tokens = patches + 1
     embedding = 2 * patches * patch * patch * channels * dim
+    if training and patch_dropout_rate:
+        patches = max(1, math.ceil((1.0 - patch_dropout_rate) * patches))
+    tokens = patches + 1
     block = (
         2 * tokens * dim * 3 * dim  # q, k, v
         + 2 * 2 * tokens * tokens * dim  # q k^T and attention x v, over all heads

@@ -361,13 +361,7 @@ def VisionTransformer(
             f"Received: resample_method={resample_method!r}"
         )
     dynamic = None in input_shape[:2]
-    if isinstance(patch_dropout_rate, bool) or not isinstance(
-        patch_dropout_rate, (int, float)
-    ) or not 0 <= patch_dropout_rate < 1:
-        raise ValueError(
-            "`patch_dropout_rate` must be a float in [0, 1). "
-            f"Received: patch_dropout_rate={patch_dropout_rate!r}"
-        )
+    vit_layers.patch_dropout.check_rate(patch_dropout_rate, "patch_dropout_rate")
     if patch_dropout_rate and dynamic:
         raise ValueError(
             "patch_dropout_rate needs a fixed input size; a model of run-time "

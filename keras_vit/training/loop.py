@@ -4,6 +4,7 @@ Its run (folder, resume, seeding, outputs) is a `keras_vit.training.run.Run`;
 besides the common outputs it writes `class_names.json`.
 """
 
+import dataclasses
 import json
 import os
 
@@ -120,6 +121,7 @@ def train(
     distribute=None,
     model_parallel=2,
     gradient_accumulation_steps=None,
+    patch_dropout_rate=None,
     validate_every=None,
     deterministic=False,
     validation_split=None,
@@ -163,6 +165,11 @@ def train(
         gradient_accumulation_steps: `None` or an int >= 2: update the
             weights every this many batches (an effective batch of
             `batch_size` times this).
+        patch_dropout_rate: `None` (the recipe's) or a float in `[0, 1)`:
+            the share of each image's patch tokens that training drops
+            before the Transformer blocks (`keras_vit.layers.PatchDropout`):
+            cheaper steps where the blocks dominate (many tokens: a high
+            resolution); evaluation sees every token.
         validate_every: evaluate on the test split every this many epochs
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics.
@@ -195,6 +202,11 @@ def train(
               deterministic=deterministic, log=log, output_files=OUTPUT_FILES)
     recipe = run.recipe
     check_limit(limit)
+    if patch_dropout_rate is not None:
+        from keras_vit.layers.patch_dropout import check_rate
+
+        recipe = dataclasses.replace(
+            recipe, patch_dropout_rate=check_rate(patch_dropout_rate, "patch_dropout_rate"))
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
             f"`validate_every` must be None or a positive int. Received: validate_every={validate_every!r}"
@@ -242,6 +254,7 @@ def train(
         "model": None if weights is not None else model, "weights": path_reference(weights),
         "image_size": image_size, "patch_size": patch_size, "distribute": distribute,
         "gradient_accumulation_steps": gradient_accumulation_steps, "limit": limit,
+        "patch_dropout_rate": patch_dropout_rate,
     }, output_dir=None if plan.is_chief else os.path.join(
         output_dir, "workers", str(plan.worker_index)))
     common = run.data_options(image_size, channels, data_dir, download,

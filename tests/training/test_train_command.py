@@ -106,11 +106,16 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_a_bad_limit_fails_before_any_work(tmp_path):
+@pytest.mark.parametrize("arguments, message", [
+    ({"limit": 0}, "Received: limit=0"),
+    ({"patch_dropout_rate": 1.0}, "Received: patch_dropout_rate=1.0"),
+    ({"patch_dropout_rate": "half"}, "Received: patch_dropout_rate='half'"),
+])
+def test_a_bad_limit_or_patch_dropout_fails_before_any_work(tmp_path, arguments, message):
     from keras_vit.training import train
 
-    with pytest.raises(ValueError, match="Received: limit=0"):
-        train(limit=0, output_dir=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=message):
+        train(output_dir=str(tmp_path / "run"), dataset="/no/such/folder", **arguments)
     assert not os.path.exists(tmp_path / "run")
 
 
@@ -148,3 +153,13 @@ def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_
     assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
     with open(os.path.join(tmp_path, "run", "run.json")) as f:
         assert "patch_dropout_rate=0.5" in json.load(f)["recipe"]
+    # The command line's --patch-dropout sets it over the recipe's, and the
+    # run records it: fine-tuning that run's model on part of its tokens.
+    tuned = str(tmp_path / "tuned")
+    assert main(["finetune", result["paths"]["model.keras"], "--dataset", data,
+                 "--image-size", "24", "--epochs", "1", "--batch-size", "8",
+                 "--patch-dropout", "0.75", "--output-dir", tuned]) == 0
+    with open(os.path.join(tuned, "run.json")) as f:
+        assert json.load(f)["patch_dropout_rate"] == 0.75
+    tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))
+    assert tuned_model.get_layer("patch_dropout").rate == 0.75
