@@ -322,3 +322,19 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     ):
         with pytest.raises(SystemExit, match=message):
             main(["export", model, "--check-images", "0"] + arguments)
+
+
+def test_patch_dropout_leaves_the_exported_graph_unchanged(tmp_path):
+    # Training drops tokens; inference, and so every export, sees them all:
+    # the same ops as the model without the layer, and the same outputs.
+    tiny = dict(SMALL, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32, seed=0)
+    model = keras_vit.VisionTransformer(**tiny, patch_dropout_rate=0.5)
+    plain = keras_vit.VisionTransformer(**tiny)
+    plain.set_weights(model.get_weights())
+    counts = [keras_vit.export.tflite(m, str(tmp_path / f"{m.name}_{i}.tflite"))["op_counts"]
+              for i, m in enumerate((model, plain))]
+    assert counts[0] == counts[1], counts
+    images = np.random.default_rng(0).uniform(0, 255, (8, 28, 28, 1)).astype("float32")
+    report = keras_vit.export.check_tflite(str(tmp_path / f"{model.name}_0.tflite"), model,
+                                           images, latency_runs=1)
+    assert report["max_abs_error"] <= 1e-4, report
