@@ -13,6 +13,11 @@ def check_rate(rate, name="rate"):
     return float(rate)
 
 
+def kept_patch_count(num_patches, rate):
+    """How many of `num_patches` patch tokens a training step keeps at `rate`."""
+    return max(1, math.ceil((1.0 - rate) * num_patches))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchDropout(keras.layers.Layer):
     """Keeps a random subset of each image's patch tokens in training.
@@ -64,10 +69,6 @@ class PatchDropout(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
-    def kept_patches(self, num_patches):
-        """How many of `num_patches` patch tokens an image keeps in training."""
-        return max(1, math.ceil((1.0 - self.rate) * num_patches))
-
     def call(self, inputs, training=None):
         num_patches = inputs.shape[1]
         if num_patches is None:
@@ -76,7 +77,7 @@ class PatchDropout(keras.layers.Layer):
                 f"received tokens of shape {inputs.shape}."
             )
         num_patches -= self.num_prefix_tokens
-        keep = self.kept_patches(num_patches)
+        keep = kept_patch_count(num_patches, self.rate)
         if not training or keep == num_patches:
             return inputs
         noise = keras.random.uniform(

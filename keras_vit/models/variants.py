@@ -1,7 +1,5 @@
 """The ViT variants of the paper (Table 1) and its code, as data."""
 
-import math
-
 # name -> (hidden_dim, num_layers, num_heads, mlp_dim)
 WIDTHS = {
     "Ti": (192, 12, 3, 768),
@@ -114,7 +112,9 @@ def flop_count(variant, image_size=224, classes=1000, channels=3, training=False
     patches = (image_size // patch) ** 2
     embedding = 2 * patches * patch * patch * channels * dim
     if training and patch_dropout_rate:
-        patches = max(1, math.ceil((1.0 - patch_dropout_rate) * patches))
+        from keras_vit.layers.patch_dropout import kept_patch_count
+
+        patches = kept_patch_count(patches, patch_dropout_rate)
     tokens = patches + 1
     block = (
         2 * tokens * dim * 3 * dim  # q, k, v
