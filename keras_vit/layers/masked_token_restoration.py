@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.token_selection import check_num_prefix_tokens
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class RestoreMaskedTokens(keras.layers.Layer):
@@ -40,11 +42,7 @@ class RestoreMaskedTokens(keras.layers.Layer):
 
     def __init__(self, num_prefix_tokens=1, initializer=None, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(
-                "`num_prefix_tokens` must be an int >= 0. Received: "
-                f"num_prefix_tokens={num_prefix_tokens!r}"
-            )
+        check_num_prefix_tokens(num_prefix_tokens)
         self.num_prefix_tokens = num_prefix_tokens
         self.initializer = keras.initializers.get(
             initializer or keras.initializers.TruncatedNormal(stddev=0.02)

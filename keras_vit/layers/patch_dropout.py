@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit.layers.token_selection import check_num_prefix_tokens
+
 
 def check_rate(rate, name="rate"):
     """Refuses a dropped share that is not a number in `[0, 1)`, naming `name`."""
@@ -59,11 +61,7 @@ class PatchDropout(keras.layers.Layer):
     def __init__(self, rate, num_prefix_tokens=1, seed=None, **kwargs):
         super().__init__(**kwargs)
         rate = check_rate(rate)
-        if not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(
-                "`num_prefix_tokens` must be an int >= 0. Received: "
-                f"num_prefix_tokens={num_prefix_tokens!r}"
-            )
+        check_num_prefix_tokens(num_prefix_tokens)
         self.rate = rate
         self.num_prefix_tokens = num_prefix_tokens
         self.seed = seed

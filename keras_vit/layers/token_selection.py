@@ -4,6 +4,15 @@ import keras
 from keras import ops
 
 
+def check_num_prefix_tokens(num_prefix_tokens):
+    """Refuses a prefix-token count that is not an int >= 0, naming the value."""
+    if not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
+        raise ValueError(
+            "`num_prefix_tokens` must be an int >= 0. Received: "
+            f"num_prefix_tokens={num_prefix_tokens!r}"
+        )
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class SelectTokens(keras.layers.Layer):
     """Gathers chosen patch tokens, after the prefix tokens (or without them).
@@ -41,11 +50,7 @@ class SelectTokens(keras.layers.Layer):
 
     def __init__(self, num_prefix_tokens=1, keep_prefix=True, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(num_prefix_tokens, int) or num_prefix_tokens < 0:
-            raise ValueError(
-                "`num_prefix_tokens` must be an int >= 0. Received: "
-                f"num_prefix_tokens={num_prefix_tokens!r}"
-            )
+        check_num_prefix_tokens(num_prefix_tokens)
         self.num_prefix_tokens = num_prefix_tokens
         self.keep_prefix = bool(keep_prefix)
 
