@@ -289,8 +289,8 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
     real training (Keras: `model.fit`; PyTorch: no synchronisation between
     steps) instead of waiting for each other; `precision="mixed_bfloat16"`
     is Keras' dtype policy, or autocast to bf16 for Hugging Face.
-    `patch_dropout_rate` (keras_vit) trains on that share of the patch
-    tokens fewer (`PatchDropout`).
+    With `patch_dropout_rate` (keras_vit), training drops that share of
+    the patch tokens (`PatchDropout`).
     """
     import contextlib
     import resource
