@@ -5,6 +5,10 @@ alternating order, for `--rounds` rounds on each backend asked. For every
 run: test accuracy, wall-clock seconds from process start to exit, and the
 seconds of each epoch; then, per round and as medians over the rounds, the
 ViT's accuracy minus the CNN's (points) and the ViT's time over the CNN's.
+Round r (from 0) trains both models with seed `--seed` + r, so that the
+medians sample the spread between seeds as well as the machine's (one seed's
+accuracy moves by a few tenths of a point between seeds; `--fixed-seed`
+keeps `--seed` for every round, to time the same runs again).
 The day's fp32 GEMM rate (4096^3, TensorFlow) is measured first, since these
 machines' speed moves about 2x between days. Prints a table and, with
 `--json PATH`, writes everything.
@@ -134,17 +138,18 @@ def run_process(command, backend):
     return done.stdout, round(wall, 1)
 
 
-def run_cnn(backend, quick):
-    command = [sys.executable, os.path.abspath(__file__), "--child-cnn"] + (["--quick"] if quick else [])
-    stdout, wall = run_process(command, backend)
-    return {"model": "cnn", "backend": backend, "wall_seconds": wall,
+def run_cnn(backend, quick, seed):
+    command = [sys.executable, os.path.abspath(__file__), "--child-cnn", "--seed", str(seed)]
+    stdout, wall = run_process(command + (["--quick"] if quick else []), backend)
+    return {"model": "cnn", "backend": backend, "seed": seed, "wall_seconds": wall,
             **json.loads(stdout.strip().splitlines()[-1])}
 
 
-def run_vit(backend, quick, folder):
+def run_vit(backend, quick, folder, seed):
     output = tempfile.mkdtemp(prefix="keras_vit_main_job_")
     try:
-        command = [sys.executable, "-m", "keras_vit_launcher", "train", "--output-dir", output]
+        command = [sys.executable, "-m", "keras_vit_launcher", "train", "--output-dir", output,
+                   "--seed", str(seed)]
         if quick:
             command += ["--dataset", folder, "--epochs", "1", "--image-size", "28"]
         stdout, wall = run_process(command, backend)
@@ -153,7 +158,7 @@ def run_vit(backend, quick, folder):
     finally:
         shutil.rmtree(output, ignore_errors=True)
     epochs = [int(s) for s in re.findall(r"^\d+/\d+ - (\d+)s - ", stdout, re.MULTILINE)]
-    return {"model": "vit", "backend": backend, "wall_seconds": wall,
+    return {"model": "vit", "backend": backend, "seed": seed, "wall_seconds": wall,
             "test_accuracy": metrics["test_accuracy"], "epoch_seconds": epochs,
             "parameters": metrics["parameters"]}
 
@@ -200,10 +205,14 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 epoch on 1,024 images")
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="round r trains both models with seed SEED + r (default: 0)")
+    parser.add_argument("--fixed-seed", action="store_true",
+                        help="every round with seed SEED: the same runs timed again")
     parser.add_argument("--child-cnn", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_cnn:
-        print(json.dumps(train_cnn(args.quick)))
+        print(json.dumps(train_cnn(args.quick, args.seed)))
         return
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_main_job_data_") as directory:
@@ -211,15 +220,16 @@ def main():
         results = {"gemm_fp32_gflops": gemm_gflops(), "quick": args.quick, "rounds": []}
         print(f"GEMM 4096^3 fp32 (TensorFlow): {results['gemm_fp32_gflops']} GFLOP/s", flush=True)
         for index in range(args.rounds):
+            seed = args.seed if args.fixed_seed else args.seed + index
             for backend in args.backends:
                 # Alternate which goes first, so neither always meets a warmer machine.
                 order = ("cnn", "vit") if index % 2 == 0 else ("vit", "cnn")
                 runs = {}
                 for model in order:
-                    runs[model] = (run_cnn(backend, args.quick) if model == "cnn"
-                                   else run_vit(backend, args.quick, folder))
+                    runs[model] = (run_cnn(backend, args.quick, seed) if model == "cnn"
+                                   else run_vit(backend, args.quick, folder, seed))
                     run = runs[model]
-                    print(f"round {index + 1} {backend} {model}: accuracy "
+                    print(f"round {index + 1} {backend} {model} seed {seed}: accuracy "
                           f"{run['test_accuracy']:.4f}, {run['wall_seconds']} s, epochs "
                           f"{run['epoch_seconds']}", flush=True)
                 results["rounds"].append(runs)

@@ -179,7 +179,7 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     out = tmp_path / "main_job.json"
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",
-         "--rounds", "1", "--backends", BACKEND, "--json", str(out)],
+         "--rounds", "1", "--backends", BACKEND, "--seed", "3", "--json", str(out)],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
@@ -192,6 +192,7 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
         run = round_[model]
         assert 0.0 <= run["test_accuracy"] <= 1.0 and run["wall_seconds"] > 0
         assert len(run["epoch_seconds"]) == 1, run
+        assert run["seed"] == 3  # both trained with the round's seed
     row = results["summary"][BACKEND]
     expected = 100 * (round_["vit"]["test_accuracy"] - round_["cnn"]["test_accuracy"])
     assert row["median_accuracy_points"] == pytest.approx(expected, abs=0.01)
