@@ -180,6 +180,9 @@ def gemm_gflops():
 
 def summarise(rounds):
     """Per backend: each round's ratios and their medians."""
+    def median_seconds(runs, model):
+        return round(statistics.median(r[model]["wall_seconds"] for r in runs), 1)
+
     summary = {}
     for backend in sorted({r["vit"]["backend"] for r in rounds}):
         own = [r for r in rounds if r["vit"]["backend"] == backend]
@@ -192,8 +195,8 @@ def summarise(rounds):
             "median_time_ratio": round(statistics.median(ratios), 3),
             "median_vit_accuracy": statistics.median(r["vit"]["test_accuracy"] for r in own),
             "median_cnn_accuracy": statistics.median(r["cnn"]["test_accuracy"] for r in own),
-            "median_vit_seconds": statistics.median(r["vit"]["wall_seconds"] for r in own),
-            "median_cnn_seconds": statistics.median(r["cnn"]["wall_seconds"] for r in own),
+            "median_vit_seconds": median_seconds(own, "vit"),
+            "median_cnn_seconds": median_seconds(own, "cnn"),
         }
     return summary
 
