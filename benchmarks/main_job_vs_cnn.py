@@ -109,7 +109,7 @@ def train_cnn(quick, seed=0):
     model.fit(train, epochs=epochs, callbacks=[EpochTimes()], verbose=2)
     _, accuracy = model.evaluate(test, verbose=0)
     return {"test_accuracy": float(accuracy), "epoch_seconds": times,
-            "parameters": model.count_params()}
+            "parameters": model.count_params(), "seed": seed}
 
 
 def write_folder(root, quick):
@@ -141,7 +141,7 @@ def run_process(command, backend):
 def run_cnn(backend, quick, seed):
     command = [sys.executable, os.path.abspath(__file__), "--child-cnn", "--seed", str(seed)]
     stdout, wall = run_process(command + (["--quick"] if quick else []), backend)
-    return {"model": "cnn", "backend": backend, "seed": seed, "wall_seconds": wall,
+    return {"model": "cnn", "backend": backend, "wall_seconds": wall,
             **json.loads(stdout.strip().splitlines()[-1])}
 
 
@@ -155,10 +155,12 @@ def run_vit(backend, quick, folder, seed):
         stdout, wall = run_process(command, backend)
         with open(os.path.join(output, "metrics.json")) as f:
             metrics = json.load(f)
+        with open(os.path.join(output, "run.json")) as f:
+            settings = json.load(f)  # the run's own record of its settings
     finally:
         shutil.rmtree(output, ignore_errors=True)
     epochs = [int(s) for s in re.findall(r"^\d+/\d+ - (\d+)s - ", stdout, re.MULTILINE)]
-    return {"model": "vit", "backend": backend, "seed": seed, "wall_seconds": wall,
+    return {"model": "vit", "backend": backend, "seed": settings["seed"], "wall_seconds": wall,
             "test_accuracy": metrics["test_accuracy"], "epoch_seconds": epochs,
             "parameters": metrics["parameters"]}
 

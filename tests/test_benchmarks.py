@@ -192,7 +192,7 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
         run = round_[model]
         assert 0.0 <= run["test_accuracy"] <= 1.0 and run["wall_seconds"] > 0
         assert len(run["epoch_seconds"]) == 1, run
-        assert run["seed"] == 3  # both trained with the round's seed
+        assert run["seed"] == 3  # as each run itself reports it
     row = results["summary"][BACKEND]
     expected = 100 * (round_["vit"]["test_accuracy"] - round_["cnn"]["test_accuracy"])
     assert row["median_accuracy_points"] == pytest.approx(expected, abs=0.01)
