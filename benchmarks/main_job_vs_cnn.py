@@ -4,7 +4,9 @@ Both run on the same Fashion-MNIST files, each in a fresh process, in
 alternating order, for `--rounds` rounds on each backend asked. For every
 run: test accuracy, wall-clock seconds from process start to exit, and the
 seconds of each epoch; then, per round and as medians over the rounds, the
-ViT's accuracy minus the CNN's (points) and the ViT's time over the CNN's.
+ViT's accuracy minus the CNN's (points) and the ViT's time over the CNN's; with
+TensorFlow and another backend, the ViT's second epoch (the first compiles) on
+that backend over TensorFlow's.
 Round r (from 0) trains both models with seed `--seed` + r, so that the
 medians sample the spread between seeds as well as the machine's (one seed's
 accuracy moves by a few tenths of a point between seeds; `--fixed-seed`
@@ -200,7 +202,20 @@ def summarise(rounds):
             "median_vit_seconds": median_seconds(own, "vit"),
             "median_cnn_seconds": median_seconds(own, "cnn"),
         }
+    tensorflow_epoch = median_second_epoch(rounds, "tensorflow")
+    for backend, row in summary.items():
+        epoch = median_second_epoch(rounds, backend)
+        row["median_vit_second_epoch_seconds"] = epoch
+        if backend != "tensorflow" and epoch and tensorflow_epoch:
+            row["vit_second_epoch_over_tensorflow"] = round(epoch / tensorflow_epoch, 3)
     return summary
+
+
+def median_second_epoch(rounds, backend):
+    """The median of the ViT's second epoch on `backend` (the first compiles), or `None`."""
+    seconds = [r["vit"]["epoch_seconds"][1] for r in rounds
+               if r["vit"]["backend"] == backend and len(r["vit"]["epoch_seconds"]) > 1]
+    return statistics.median(seconds) if seconds else None
 
 
 def main():
@@ -246,6 +261,10 @@ def main():
         print(f"| {backend} | {row['median_vit_accuracy']:.2%} | {row['median_cnn_accuracy']:.2%} "
               f"| {row['median_accuracy_points']:+.2f} | {row['median_vit_seconds']} "
               f"| {row['median_cnn_seconds']} | {row['median_time_ratio']:.2f}x |")
+    for backend, row in results["summary"].items():
+        if "vit_second_epoch_over_tensorflow" in row:
+            print(f"ViT second epoch, {backend} over tensorflow: "
+                  f"{row['vit_second_epoch_over_tensorflow']:.2f}x")
     print(f"(medians of {args.rounds} round(s); GEMM {results['gemm_fp32_gflops']} GFLOP/s)")
     if args.json:
         with open(args.json, "w") as f:

@@ -236,3 +236,26 @@ def test_export_latency_quick_run_measures_keras_onnx_and_litert():
     assert all(row["latency_ms"] > 0 for row in rows.values())
     for mode in ("onnx", "none"):
         assert rows[mode]["max_abs_error"] < 1e-4, rows[mode]
+
+
+def test_main_job_summary_gives_each_backends_second_epoch_over_tensorflows():
+    summarise = load_benchmark("main_job_vs_cnn").summarise
+
+    def round_(backend, vit_epochs, vit_seconds):
+        runs = {"cnn": (0.91, 100.0, [30, 25]), "vit": (0.90, vit_seconds, vit_epochs)}
+        return {model: {"backend": backend, "test_accuracy": accuracy, "wall_seconds": wall,
+                        "epoch_seconds": epochs}
+                for model, (accuracy, wall, epochs) in runs.items()}
+
+    rounds = [round_("tensorflow", [50, 40], 140.0), round_("jax", [70, 46], 150.0),
+              round_("tensorflow", [52, 44], 150.0), round_("jax", [66, 54], 160.0)]
+    summary = summarise(rounds)
+    assert summary["tensorflow"]["median_vit_second_epoch_seconds"] == 42
+    assert summary["jax"]["median_vit_second_epoch_seconds"] == 50
+    assert summary["jax"]["vit_second_epoch_over_tensorflow"] == pytest.approx(50 / 42, abs=1e-3)
+    assert "vit_second_epoch_over_tensorflow" not in summary["tensorflow"]
+    assert summary["jax"]["median_time_ratio"] == pytest.approx(1.55)
+    # One-epoch runs (--quick) have no second epoch: no ratio rather than a wrong one.
+    quick = summarise([round_("tensorflow", [5], 10.0), round_("jax", [6], 12.0)])
+    assert quick["jax"]["median_vit_second_epoch_seconds"] is None
+    assert "vit_second_epoch_over_tensorflow" not in quick["jax"]
