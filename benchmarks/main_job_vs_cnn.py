@@ -201,20 +201,19 @@ def summarise(rounds):
             "median_cnn_accuracy": statistics.median(r["cnn"]["test_accuracy"] for r in own),
             "median_vit_seconds": median_seconds(own, "vit"),
             "median_cnn_seconds": median_seconds(own, "cnn"),
+            "median_vit_second_epoch_seconds": median_second_epoch(own),
         }
-    tensorflow_epoch = median_second_epoch(rounds, "tensorflow")
+    tensorflow_epoch = summary.get("tensorflow", {}).get("median_vit_second_epoch_seconds")
     for backend, row in summary.items():
-        epoch = median_second_epoch(rounds, backend)
-        row["median_vit_second_epoch_seconds"] = epoch
+        epoch = row["median_vit_second_epoch_seconds"]
         if backend != "tensorflow" and epoch and tensorflow_epoch:
             row["vit_second_epoch_over_tensorflow"] = round(epoch / tensorflow_epoch, 3)
     return summary
 
 
-def median_second_epoch(rounds, backend):
-    """The median of the ViT's second epoch on `backend` (the first compiles), or `None`."""
-    seconds = [r["vit"]["epoch_seconds"][1] for r in rounds
-               if r["vit"]["backend"] == backend and len(r["vit"]["epoch_seconds"]) > 1]
+def median_second_epoch(runs):
+    """The median of the rounds' ViT second epochs (the first compiles), or `None`."""
+    seconds = [r["vit"]["epoch_seconds"][1] for r in runs if len(r["vit"]["epoch_seconds"]) > 1]
     return statistics.median(seconds) if seconds else None
 
 
