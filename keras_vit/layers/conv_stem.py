@@ -1,7 +1,11 @@
 """A small convolutional stem: the paper's hybrid input, kept light."""
 
+import math
+
 import keras
 import numpy as np
+
+DOWNSAMPLINGS = ("convolution", "max_pool")
 
 
 def replicated_tensorflow():
@@ -35,6 +39,8 @@ class ConvStem(keras.layers.Layer):
         filters: sequence of ints, the channels of each convolution.
         strides: sequence of 1s and 2s, one per convolution, or `None` for
             all 2.
+        downsampling: `"convolution"` (a stride-2 convolution) or
+            `"max_pool"` (a stride-1 convolution, then 2×2 max pooling).
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -42,16 +48,20 @@ class ConvStem(keras.layers.Layer):
         training: bool, BatchNorm's mode.
 
     Returns:
-        Feature maps `(batch, height / 2**n, width / 2**n, filters[-1])`.
+        Feature maps `(batch, ⌈height / stride⌉, ⌈width / stride⌉, filters[-1])`
+        (each halving rounded up).
 
     Example:
 
     >>> stem = ConvStem(filters=(16, 32))
     >>> tuple(stem(keras.ops.zeros((2, 28, 28, 1))).shape)
     (2, 7, 7, 32)
+    >>> stem = ConvStem(filters=(16, 32, 64), downsampling="max_pool")
+    >>> tuple(stem(keras.ops.zeros((2, 28, 28, 1))).shape)
+    (2, 4, 4, 64)
     """
 
-    def __init__(self, filters=(32, 64), strides=None, **kwargs):
+    def __init__(self, filters=(32, 64), strides=None, downsampling="convolution", **kwargs):
         super().__init__(**kwargs)
         filters = tuple(filters) if isinstance(filters, (list, tuple)) else filters
         if (
@@ -69,13 +79,20 @@ class ConvStem(keras.layers.Layer):
                 f"`strides` must hold a 1 or 2 for each of the {len(filters)} "
                 f"convolutions. Received: strides={strides!r}"
             )
+        if downsampling not in DOWNSAMPLINGS:
+            raise ValueError(
+                f"`downsampling` must be one of {DOWNSAMPLINGS}. "
+                f"Received: downsampling={downsampling!r}"
+            )
         self.filters = filters
         self.strides = strides
+        self.downsampling = downsampling
         self.convolutions, self.norms = [], []
         synchronized = replicated_tensorflow()
         for index, (width, stride) in enumerate(zip(filters, strides)):
             self.convolutions.append(keras.layers.Conv2D(
-                width, 3, strides=stride, padding="same", use_bias=False,
+                width, 3, strides=stride if downsampling == "convolution" else 1,
+                padding="same", use_bias=False,
                 dtype=self.dtype_policy, name=f"conv_{index}",
             ))
             self.norms.append(keras.layers.BatchNormalization(
@@ -88,26 +105,64 @@ class ConvStem(keras.layers.Layer):
         """How many times smaller the output map is than the image."""
         return int(np.prod(self.strides))
 
+    def output_size(self, size, strides=None):
+        """`(height, width)` of the feature map for an image of `size` (ints or None)."""
+        strides = self.strides if strides is None else strides
+        return tuple(stem_output_side(side, strides) for side in size)
+
     def build(self, input_shape):
         shape = tuple(input_shape)
-        for convolution, norm in zip(self.convolutions, self.norms):
+        for convolution, norm, stride in zip(self.convolutions, self.norms, self.strides):
             convolution.build(shape)
             shape = convolution.compute_output_shape(shape)
             norm.build(shape)
+            if self.downsampling == "max_pool":
+                shape = (shape[0], *self.output_size(shape[1:3], (stride,)), shape[3])
 
     def call(self, inputs, training=None):
         x = inputs
-        for convolution, norm in zip(self.convolutions, self.norms):
+        for convolution, norm, stride in zip(self.convolutions, self.norms, self.strides):
             x = keras.ops.relu(norm(convolution(x), training=training))
+            if self.downsampling == "max_pool" and stride == 2:
+                x = max_pool_2x2(x)
         return x
 
     def compute_output_shape(self, input_shape):
         shape = tuple(input_shape)
-        for convolution in self.convolutions:
-            shape = convolution.compute_output_shape(shape)
-        return shape
+        return (shape[0],) + self.output_size(shape[1:3]) + (self.filters[-1],)
 
     def get_config(self):
         config = super().get_config()
-        config.update({"filters": list(self.filters), "strides": list(self.strides)})
+        config.update({"filters": list(self.filters), "strides": list(self.strides),
+                       "downsampling": self.downsampling})
         return config
+
+
+def stem_output_side(side, strides):
+    """The side of a stem's feature map for an image side (`None` stays `None`).
+
+    Each stride-2 stage halves it, rounding up (Conv2D's and pooling's
+    "same" padding).
+    """
+    if side is None:
+        return None
+    for stride in strides:
+        side = math.ceil(side / stride)
+    return side
+
+
+def max_pool_2x2(x):
+    """2×2 max pooling of stride 2 over `(batch, height, width, channels)`, "same" padding.
+
+    The same values as `keras.ops.max_pool(x, 2, 2, padding="same")`: an
+    odd side gets a row or column of -inf at its end. As a reshape and a
+    max, its gradient is element-wise work under XLA (the pooling op's
+    is a select-and-scatter, slow on XLA:CPU).
+    """
+    shape = keras.ops.shape(x)
+    height, width = shape[1], shape[2]
+    x = keras.ops.pad(
+        x, [[0, 0], [0, height % 2], [0, width % 2], [0, 0]], constant_values=float("-inf")
+    )
+    x = keras.ops.reshape(x, (-1, (height + 1) // 2, 2, (width + 1) // 2, 2, shape[3]))
+    return keras.ops.max(x, axis=(2, 4))

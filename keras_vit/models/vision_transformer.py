@@ -198,6 +198,7 @@ def VisionTransformer(
     num_register_tokens=_FROM_WEIGHTS["num_register_tokens"],
     stem_filters=None,
     stem_strides=None,
+    stem_downsampling="convolution",
     position_embedding="learned",
     dropout_rate=0.0,
     attention_dropout_rate=0.0,
@@ -287,9 +288,13 @@ def VisionTransformer(
             sequence of channel counts for a convolutional stem
             (`ConvStem`: stride-2 3×3 convolutions, as the paper's hybrid
             and Xiao et al. 2021); the patches are then cut from its feature
-            map, `2 ** len(stem_filters)` times smaller than the image.
+            map, `2 ** len(stem_filters)` times smaller than the image
+            (each halving rounded up).
         stem_strides: `None` (every stem convolution of stride 2) or a
             stride (1 or 2) per convolution.
+        stem_downsampling: `"convolution"` (stride-2 convolutions) or
+            `"max_pool"` (stride-1 convolutions, each followed by 2×2 max
+            pooling: a small CNN's stages as the stem).
         position_embedding: `"learned"` or `"sincos2d"` (fixed).
         dropout_rate: float, dropout after the embeddings and in the blocks.
         attention_dropout_rate: float, dropout on attention probabilities.
@@ -392,13 +397,10 @@ def VisionTransformer(
     stem = None
     feature_size = table_size
     if stem_filters is not None:
-        stem = vit_layers.ConvStem(stem_filters, stem_strides, name="stem")
-        if any(side % stem.stride for side in feature_size):
-            raise ValueError(
-                f"image size {feature_size} is not divisible by the stem's stride "
-                f"{stem.stride}. Received: stem_filters={stem_filters!r}"
-            )
-        feature_size = tuple(side // stem.stride for side in feature_size)
+        stem = vit_layers.ConvStem(
+            stem_filters, stem_strides, downsampling=stem_downsampling, name="stem"
+        )
+        feature_size = stem.output_size(feature_size)
     grid_size = vit_layers.patch_grid(feature_size, patch_size)
     if pooling not in POOLINGS and not (pooling is None and not include_top):
         allowed = POOLINGS if include_top else POOLINGS + (None,)

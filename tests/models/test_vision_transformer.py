@@ -290,10 +290,38 @@ def test_conv_stem_feeds_the_patch_embedding(images):
     assert model.output_shape == (None, 17, 32)
     assert model.get_layer("position_embedding").grid_size == (4, 4)
     assert model.get_layer("patch_embedding").kernel.shape == (1, 1, 16, 32)
-    with pytest.raises(ValueError, match="not divisible by the stem's stride 8"):
+    # Each halving rounds up ("same" padding): 20 px -> 10 -> 5 -> 3.
+    odd = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1, "input_shape": (20, 20, 3)}, stem_filters=(8, 8, 8)
+    )
+    assert odd.get_layer("position_embedding").grid_size == (3, 3)
+    with pytest.raises(ValueError, match="height 5 is not divisible by patch size 2"):
         keras_vit.VisionTransformer(
-            **{**TINY, "patch_size": 1, "input_shape": (20, 20, 3)}, stem_filters=(8, 8, 8)
+            **{**TINY, "patch_size": 2, "input_shape": (20, 20, 3)}, stem_filters=(8, 8)
         )
+
+
+def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
+    model = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)}, stem_filters=(4, 8, 16),
+        stem_downsampling="max_pool", include_top=False, pooling=None,
+    )
+    stem = model.get_layer("stem")
+    # 28 px -> 14 -> 7 -> 4 (the odd side padded, as "same" pooling).
+    assert model.get_layer("position_embedding").grid_size == (4, 4)
+    assert [c.strides for c in stem.convolutions] == [(1, 1)] * 3
+    x = keras.random.uniform((2, 28, 28, 3), seed=1)
+    expected = x
+    for convolution, norm in zip(stem.convolutions, stem.norms):
+        expected = ops.relu(norm(convolution(expected), training=False))
+        expected = ops.max_pool(expected, 2, 2, padding="same")
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(stem(x)), ops.convert_to_numpy(expected), atol=1e-6
+    )
+    clone = keras.Model.from_config(model.get_config())
+    assert clone.get_layer("stem").downsampling == "max_pool"
+    with pytest.raises(ValueError, match="downsampling.*Received: downsampling='avg'"):
+        keras_vit.VisionTransformer(**TINY, stem_filters=(8,), stem_downsampling="avg")
 
 
 DYNAMIC = {**TINY, "input_shape": (None, None, 3), "base_image_size": 16}

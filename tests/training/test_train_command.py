@@ -80,11 +80,12 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
 
     tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))
     assert tuned_model.input_shape == (None, 24, 24, 3)
-    assert tuned_model.get_layer("position_embedding").grid_size == (6, 6)
+    # The default stem halves 24 px three times: a 3x3 grid.
+    assert tuned_model.get_layer("position_embedding").grid_size == (3, 3)
+    assert tuned_model.get_layer("stem").downsampling == "max_pool"
     assert isinstance(tuned_model.get_layer("encoderblock_0"), keras_vit.layers.TransformerBlock)
     for arguments, message in (
         (["finetune", os.path.join(out, "missing.keras")], "not an existing checkpoint file"),
-        (["finetune", model, "--image-size", "30"], "--image-size 30 is not a positive multiple"),
     ):
         with pytest.raises(SystemExit, match=message):
             main(arguments + ["--output-dir", str(tmp_path / "bad")])
@@ -95,7 +96,9 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
     [
         (["--dataset", "no_such_dataset_xyz"], "Unknown dataset 'no_such_dataset_xyz'"),
         (["--dataset", "/no/such/folder"], "does not exist"),
-        (["--image-size", "30"], r"--image-size 30 is not a positive multiple of 4 \(patch size 1 x stem stride 4\)"),
+        (["--patch-size", "3"], r"--image-size 28 leaves a 4-pixel feature map after the stem "
+                                r"\(strides \(2, 2, 2\), each halving rounded up\), not a multiple of "
+                                r"the patch size 3"),
         (["--recipe", "fast"], "--recipe 'fast'"),
         (["--augmentation", "huge"], "--augmentation 'huge'"),
     ],
@@ -108,6 +111,8 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
 
 @pytest.mark.parametrize("arguments, message", [
     ({"limit": 0}, "Received: limit=0"),
+    ({"image_size": -8}, "image_size=-8 is not a positive int"),
+    ({"image_size": 28, "patch_size": 3}, "leaves a 4-pixel feature map after the stem"),
     ({"patch_dropout_rate": 1.0}, "Received: patch_dropout_rate=1.0"),
     ({"patch_dropout_rate": "half"}, "Received: patch_dropout_rate='half'"),
 ])

@@ -38,6 +38,7 @@ def function_arguments(path, arguments):
     if "stem" in configs:
         arguments["stem_filters"] = tuple(configs["stem"]["filters"])
         arguments["stem_strides"] = tuple(configs["stem"].get("strides") or ()) or None
+        arguments["stem_downsampling"] = configs["stem"].get("downsampling", "convolution")
     pooling = configs.get("pooling")
     arguments["pooling"] = "map" if "map_head" in configs else pooling["mode"] if pooling else None
     rescaling = configs.get("rescaling")
