@@ -132,7 +132,7 @@ def train(
     model="small",
     image_size=None,
     patch_size=None,
-    epochs=7,
+    epochs=6,
     batch_size=128,
     recipe="small",
     augmentation="none",

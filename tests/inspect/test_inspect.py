@@ -73,6 +73,22 @@ def test_uniform_attention_gives_uniform_rollout_and_the_grid_mean_distance(mode
     np.testing.assert_allclose(distances, analytic, rtol=1e-5)
 
 
+def test_a_max_pool_stem_model_is_inspected_on_its_rounded_up_grid(tmp_path):
+    # The main job's geometry: 28 px -> 14 -> 7 -> 4 tokens a side.
+    model = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 1)}, stem_filters=(4, 4, 8),
+        stem_downsampling="max_pool", class_token=False, pooling="gap",
+    )
+    prefix, grid, _ = vit_inspect.token_layout(model)
+    assert (prefix, grid) == (0, (4, 4))
+    images = np.random.default_rng(0).uniform(0, 255, (2, 28, 28, 1)).astype("float32")
+    attention = vit_inspect.attention_maps(model, images)
+    assert attention.shape[-1] == 16
+    assert vit_inspect.attention_rollout(attention, prefix, grid).shape == (2, 4, 4)
+    paths = vit_inspect.write_figures(model, images, str(tmp_path))
+    assert all(os.path.isfile(path) for path in paths.values())
+
+
 def test_a_head_that_attends_to_itself_has_distance_zero():
     tokens, grid = 1 + 9, (3, 3)
     attention = np.full((2, 1, 2, tokens, tokens), 1 / tokens)
