@@ -36,14 +36,13 @@ def token_layout(model, image_size=None):
     patch = patch_pixels(model)
     if image_size is None:
         image_size = default_image_size(model)
+    # The patches are cut from the stem's feature map, whose halvings round
+    # up (28 px -> 14 -> 7 -> 4): not image size / patch pixels.
+    feature_size = tuple(image_size)
     if has_stem(model):
-        # The stem rounds each halving up (28 px -> 14 -> 7 -> 4), so the
-        # grid comes from its feature map, not from image size / patch pixels.
-        feature_size = model.get_layer("stem").output_size(tuple(image_size))
-        cut = model.get_layer("patch_embedding").patch_size
-        grid = tuple(side // size for side, size in zip(feature_size, cut))
-    else:
-        grid = tuple(side // size for side, size in zip(image_size, patch))
+        feature_size = model.get_layer("stem").output_size(feature_size)
+    cut = model.get_layer("patch_embedding").patch_size
+    grid = tuple(side // size for side, size in zip(feature_size, cut))
     prefix = positions.num_prefix_tokens
     if any(layer.name == "register_tokens" for layer in model.layers):
         prefix += model.get_layer("register_tokens").num_tokens

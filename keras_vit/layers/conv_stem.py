@@ -105,10 +105,9 @@ class ConvStem(keras.layers.Layer):
         """How many times smaller the output map is than the image."""
         return int(np.prod(self.strides))
 
-    def output_size(self, size, strides=None):
+    def output_size(self, size):
         """`(height, width)` of the feature map for an image of `size` (ints or None)."""
-        strides = self.strides if strides is None else strides
-        return tuple(stem_output_side(side, strides) for side in size)
+        return tuple(stem_output_side(side, self.strides) for side in size)
 
     def build(self, input_shape):
         shape = tuple(input_shape)
@@ -117,7 +116,8 @@ class ConvStem(keras.layers.Layer):
             shape = convolution.compute_output_shape(shape)
             norm.build(shape)
             if self.downsampling == "max_pool":
-                shape = (shape[0], *self.output_size(shape[1:3], (stride,)), shape[3])
+                shape = (shape[0], *(stem_output_side(side, (stride,)) for side in shape[1:3]),
+                         shape[3])
 
     def call(self, inputs, training=None):
         x = inputs

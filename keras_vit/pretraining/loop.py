@@ -62,7 +62,7 @@ def pretrain(
     from keras_vit import data as vit_data
     from keras_vit.data.augmentation import batch_augmentation
     from keras_vit.pretraining.objectives import get_objective
-    from keras_vit.training.loop import SMALL_MODELS, model_arguments
+    from keras_vit.training.loop import SMALL_MODELS, check_image_size, model_arguments
     from keras_vit.training.run import Run, check_dataset_source, dataset_reference
 
     # Every argument is checked before any data is read or model built.
@@ -85,11 +85,7 @@ def pretrain(
             "pre-train 'small/4' or a variant of the paper."
         )
     image_size = image_size or (28 if model in SMALL_MODELS else 224)
-    if not isinstance(image_size, int) or image_size < 1 or image_size % arguments["patch_size"]:
-        raise ValueError(
-            f"image_size={image_size!r} is not a positive multiple of the patch "
-            f"size {arguments['patch_size']}."
-        )
+    check_image_size(image_size, arguments["patch_size"])
     channels = 1 if (dataset == "fashion_mnist" and model in SMALL_MODELS) else 3
     check_dataset_source(dataset)
     run.open({
