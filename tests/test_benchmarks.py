@@ -259,3 +259,32 @@ def test_main_job_summary_gives_each_backends_second_epoch_over_tensorflows():
     quick = summarise([round_("tensorflow", [5], 10.0), round_("jax", [6], 12.0)])
     assert quick["jax"]["median_vit_second_epoch_seconds"] is None
     assert "vit_second_epoch_over_tensorflow" not in quick["jax"]
+
+
+def test_main_job_summary_compares_a_backend_without_a_cnn_run_with_tensorflow_only():
+    summarise = load_benchmark("main_job_vs_cnn").summarise
+
+    def vit(backend, accuracy, epochs):
+        return {"backend": backend, "test_accuracy": accuracy, "wall_seconds": 100.0,
+                "epoch_seconds": epochs}
+
+    cnn = {"backend": "tensorflow", "test_accuracy": 0.91, "wall_seconds": 80.0,
+           "epoch_seconds": [9, 8]}
+    summary = summarise([{"vit": vit("tensorflow", 0.92, [40, 30]), "cnn": cnn},
+                         {"vit": vit("jax", 0.9175, [50, 36])}])
+    assert summary["tensorflow"]["median_accuracy_points"] == pytest.approx(1.0)
+    assert summary["tensorflow"]["median_time_ratio"] == pytest.approx(1.25)
+    jax = summary["jax"]
+    assert "median_time_ratio" not in jax and "median_cnn_accuracy" not in jax
+    assert jax["vit_second_epoch_over_tensorflow"] == pytest.approx(1.2)
+    assert jax["vit_accuracy_points_minus_tensorflow"] == pytest.approx(-0.25)
+
+
+def test_main_job_refuses_a_cnn_backend_that_is_not_among_the_backends():
+    done = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",
+         "--backends", "tensorflow", "--cnn-backends", "jax"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 2
+    assert "--cnn-backends" in done.stderr and "['jax']" in done.stderr

@@ -39,8 +39,10 @@ class ConvStem(keras.layers.Layer):
         filters: sequence of ints, the channels of each convolution.
         strides: sequence of 1s and 2s, one per convolution, or `None` for
             all 2.
-        downsampling: `"convolution"` (a stride-2 convolution) or
-            `"max_pool"` (a stride-1 convolution, then 2×2 max pooling).
+        downsampling: how each stride-2 stage halves the map:
+            `"convolution"` (a stride-2 convolution) or `"max_pool"` (a
+            stride-1 convolution, then 2×2 max pooling); one for every
+            stage, or a sequence with one per convolution.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -79,19 +81,25 @@ class ConvStem(keras.layers.Layer):
                 f"`strides` must hold a 1 or 2 for each of the {len(filters)} "
                 f"convolutions. Received: strides={strides!r}"
             )
-        if downsampling not in DOWNSAMPLINGS:
+        stages = (downsampling,) * len(filters) if isinstance(downsampling, str) else downsampling
+        if (
+            not isinstance(stages, (list, tuple))
+            or len(stages) != len(filters)
+            or not all(stage in DOWNSAMPLINGS for stage in stages)
+        ):
             raise ValueError(
-                f"`downsampling` must be one of {DOWNSAMPLINGS}. "
-                f"Received: downsampling={downsampling!r}"
+                f"`downsampling` must be one of {DOWNSAMPLINGS}, or one of them for each of "
+                f"the {len(filters)} convolutions. Received: downsampling={downsampling!r}"
             )
         self.filters = filters
         self.strides = strides
-        self.downsampling = downsampling
+        self.downsampling = downsampling if isinstance(downsampling, str) else tuple(stages)
+        self.stage_downsampling = tuple(stages)
         self.convolutions, self.norms = [], []
         synchronized = replicated_tensorflow()
-        for index, (width, stride) in enumerate(zip(filters, strides)):
+        for index, (width, stride, stage) in enumerate(zip(filters, strides, stages)):
             self.convolutions.append(keras.layers.Conv2D(
-                width, 3, strides=stride if downsampling == "convolution" else 1,
+                width, 3, strides=stride if stage == "convolution" else 1,
                 padding="same", use_bias=False,
                 dtype=self.dtype_policy, name=f"conv_{index}",
             ))
@@ -111,19 +119,23 @@ class ConvStem(keras.layers.Layer):
 
     def build(self, input_shape):
         shape = tuple(input_shape)
-        for convolution, norm, stride in zip(self.convolutions, self.norms, self.strides):
+        for convolution, norm, stride, stage in zip(
+            self.convolutions, self.norms, self.strides, self.stage_downsampling
+        ):
             convolution.build(shape)
             shape = convolution.compute_output_shape(shape)
             norm.build(shape)
-            if self.downsampling == "max_pool":
+            if stage == "max_pool":
                 shape = (shape[0], *(stem_output_side(side, (stride,)) for side in shape[1:3]),
                          shape[3])
 
     def call(self, inputs, training=None):
         x = inputs
-        for convolution, norm, stride in zip(self.convolutions, self.norms, self.strides):
+        for convolution, norm, stride, stage in zip(
+            self.convolutions, self.norms, self.strides, self.stage_downsampling
+        ):
             x = keras.ops.relu(norm(convolution(x), training=training))
-            if self.downsampling == "max_pool" and stride == 2:
+            if stage == "max_pool" and stride == 2:
                 x = max_pool_2x2(x)
         return x
 
@@ -133,8 +145,10 @@ class ConvStem(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        downsampling = self.downsampling
         config.update({"filters": list(self.filters), "strides": list(self.strides),
-                       "downsampling": self.downsampling})
+                       "downsampling": downsampling if isinstance(downsampling, str)
+                       else list(downsampling)})
         return config
 
 

@@ -294,7 +294,8 @@ def VisionTransformer(
             stride (1 or 2) per convolution.
         stem_downsampling: `"convolution"` (stride-2 convolutions) or
             `"max_pool"` (stride-1 convolutions, each followed by 2×2 max
-            pooling: a small CNN's stages as the stem).
+            pooling: a small CNN's stages as the stem), or one of them per
+            stem convolution (e.g. a strided first stage before pooled ones).
         position_embedding: `"learned"` or `"sincos2d"` (fixed).
         dropout_rate: float, dropout after the embeddings and in the blocks.
         attention_dropout_rate: float, dropout on attention probabilities.

@@ -324,6 +324,34 @@ def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
         keras_vit.VisionTransformer(**TINY, stem_filters=(8,), stem_downsampling="avg")
 
 
+def test_stem_downsampling_per_stage_mixes_strided_and_pooled_stages():
+    stages = ("convolution", "max_pool", "max_pool")
+    model = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)}, stem_filters=(4, 8, 16),
+        stem_downsampling=stages, include_top=False, pooling=None,
+    )
+    stem = model.get_layer("stem")
+    assert model.get_layer("position_embedding").grid_size == (4, 4)  # 28 -> 14 -> 7 -> 4
+    assert [c.strides for c in stem.convolutions] == [(2, 2), (1, 1), (1, 1)]
+    x = keras.random.uniform((2, 28, 28, 3), seed=1)
+    expected = x
+    for convolution, norm, stage in zip(stem.convolutions, stem.norms, stages):
+        expected = ops.relu(norm(convolution(expected), training=False))
+        if stage == "max_pool":
+            expected = ops.max_pool(expected, 2, 2, padding="same")
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(stem(x)), ops.convert_to_numpy(expected), atol=1e-6
+    )
+    clone = keras.Model.from_config(model.get_config())
+    assert clone.get_layer("stem").downsampling == stages
+    np.testing.assert_allclose(ops.convert_to_numpy(clone.get_layer("stem")(x)).shape,
+                               (2, 4, 4, 16))
+    with pytest.raises(ValueError, match="one of them for each of the 3 convolutions.*"
+                                         r"Received: downsampling=\('max_pool', 'max_pool'\)"):
+        keras_vit.VisionTransformer(**TINY, stem_filters=(8, 8, 8),
+                                    stem_downsampling=("max_pool", "max_pool"))
+
+
 DYNAMIC = {**TINY, "input_shape": (None, None, 3), "base_image_size": 16}
 
 
