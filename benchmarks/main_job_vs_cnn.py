@@ -190,7 +190,7 @@ def summarise(rounds):
     for the ViT's own medians and the comparison with TensorFlow only.
     """
     def median_of(runs, model, key):
-        return statistics.median(r[model][key] for r in runs) if runs else None
+        return statistics.median(r[model][key] for r in runs)
 
     summary = {}
     for backend in sorted({r["vit"]["backend"] for r in rounds}):
