@@ -1,6 +1,7 @@
 """Keras layers of the Vision Transformer; `keras.ops` only, every backend."""
 
 from keras_vit.layers.attention_pooling import AttentionPooling
+from keras_vit.layers.batch_norm import BatchNormalization
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
 from keras_vit.layers.layer_norm import LayerNormalization
@@ -23,6 +24,7 @@ from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
     "AttentionPooling",
+    "BatchNormalization",
     "ClassToken",
     "ConvStem",
     "LayerNormalization",

@@ -5,6 +5,8 @@ import math
 import keras
 import numpy as np
 
+from keras_vit.layers.batch_norm import BatchNormalization
+
 DOWNSAMPLINGS = ("convolution", "max_pool")
 
 
@@ -103,7 +105,7 @@ class ConvStem(keras.layers.Layer):
                 padding="same", use_bias=False,
                 dtype=self.dtype_policy, name=f"conv_{index}",
             ))
-            self.norms.append(keras.layers.BatchNormalization(
+            self.norms.append(BatchNormalization(
                 synchronized=synchronized, dtype=self.dtype_policy,
                 name=f"batch_norm_{index}",
             ))

@@ -6,6 +6,8 @@ them fast on each backend live here, and one call turns them all off
 
 - `gelu` and `layer_norm`: closed-form backward passes that keep only
   their inputs (TensorFlow and JAX);
+- `batch_norm`: the training step's BatchNorm with a closed-form backward
+  pass (JAX, where it is faster: `closed_form_batch_norm_preferred`);
 - `compiled_on_tensorflow`: those backward passes XLA-compiled on
   TensorFlow;
 - `fused_attention`: attention on the backend's fused kernel (PyTorch's
@@ -23,6 +25,7 @@ from keras_vit.ops.attention import (
     fused_attention_kernel_available,
     padded_dot_product_attention,
 )
+from keras_vit.ops.batch_norm import batch_norm, closed_form_batch_norm_preferred
 from keras_vit.ops.gelu import gelu, gelu_derivative
 from keras_vit.ops.layer_norm import layer_norm
 from keras_vit.ops.switch import (
@@ -34,6 +37,8 @@ from keras_vit.ops.xla import compiled_on_tensorflow
 
 __all__ = [
     "CUDNN_TOKEN_MULTIPLE",
+    "batch_norm",
+    "closed_form_batch_norm_preferred",
     "compiled_on_tensorflow",
     "disable_fast_kernels",
     "enable_fast_kernels",
