@@ -24,8 +24,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     Example:
     >>> norm = BatchNormalization()
-    >>> outputs = norm(keras.ops.arange(8.0).reshape((4, 1, 1, 2)), training=True)
-    >>> keras.ops.convert_to_numpy(norm.moving_mean).round(2).tolist()
+    >>> outputs = norm(keras.ops.reshape(keras.ops.arange(8.0), (4, 1, 1, 2)), training=True)
+    >>> keras.ops.convert_to_numpy(norm.moving_mean).astype("float64").round(2).tolist()
     [0.03, 0.04]
     """
 
