@@ -26,3 +26,15 @@ def gradients(function, arrays, upstream):
     tensors = [torch.tensor(a, requires_grad=True) for a in arrays]
     (torch.tensor(upstream) * function(*tensors)).sum().backward()
     return [t.grad.numpy() for t in tensors]
+
+
+def central_differences(function, x, upstream, step=1e-6):
+    """d sum(upstream * function(x)) / d x by central differences, in float64 NumPy."""
+    numeric = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        shifted = [x.copy(), x.copy()]
+        shifted[0][index] += step
+        shifted[1][index] -= step
+        up, down = (np.sum(upstream * function(s)) for s in shifted)
+        numeric[index] = (up - down) / (2 * step)
+    return numeric

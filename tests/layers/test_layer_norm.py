@@ -9,7 +9,7 @@ from keras.src import testing
 from keras_vit.layers import LayerNormalization
 from keras_vit.ops import layer_norm
 from tests import reference
-from tests.autodiff import gradients
+from tests.autodiff import central_differences, gradients
 
 RNG = np.random.default_rng(0)
 X = (3.0 * RNG.normal(size=(2, 7, 16)) + 1.0).astype("float32")
@@ -41,14 +41,7 @@ def test_values_and_gradients_match_keras_layer_normalization(shape):
 
 def test_matches_the_float64_derivative_of_the_reference():
     x, upstream = X[:1, :3].astype("float64"), UPSTREAM[:1, :3].astype("float64")
-    step = 1e-6
-    numeric = np.zeros_like(x)
-    for index in np.ndindex(x.shape):
-        shifted = [x.copy(), x.copy()]
-        shifted[0][index] += step
-        shifted[1][index] -= step
-        up, down = (np.sum(upstream * reference.layer_norm(s, GAMMA, BETA)) for s in shifted)
-        numeric[index] = (up - down) / (2 * step)
+    numeric = central_differences(lambda x: reference.layer_norm(x, GAMMA, BETA), x, upstream)
     computed = gradients(
         lambda x, g, b: layer_norm(x, g, b, 1e-6),
         [x.astype("float32"), GAMMA, BETA],
