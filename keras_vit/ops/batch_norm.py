@@ -94,7 +94,7 @@ def batch_norm(x, gamma, beta, epsilon):
             channels = x.shape[-1]
             x_gradient, gamma_gradient, beta_gradient = _batch_norm_gradients(
                 ops.reshape(upstream, (-1, channels)), ops.reshape(x, (-1, channels)),
-                mean, inverse_std, gamma, beta.dtype,
+                mean, inverse_std, gamma, keras.backend.standardize_dtype(beta.dtype),
             )
             return ops.reshape(x_gradient, ops.shape(x)), gamma_gradient, beta_gradient
 
