@@ -30,7 +30,7 @@ def add_parser(command):
                        help="'small' or a variant of the paper, e.g. Ti/16, S/16")
     train.add_argument("--patch-size", type=positive_int, default=None,
                        help="patch size in pixels (default: the model's)")
-    add_run_arguments(train, epochs=6, batch_size=128, recipe="small",
+    add_run_arguments(train, epochs=9, batch_size=128, recipe="small",
                        output_dir="keras_vit_run")
     _add_limit(train)
     _add_patch_dropout(train)

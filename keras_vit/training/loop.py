@@ -20,15 +20,19 @@ from keras_vit.training.run import (
 
 # The default model of `keras-vit train`: a small hybrid ViT for 28x28
 # images (the paper's hybrid input: tokens from a CNN's feature map).
-# Three CNN stages (3x3 convolution, BatchNorm, ReLU, 2x2 max pooling; 32,
-# 64, 128 channels) turn the image into a 4x4 map of 1x1 patches for 2
-# Transformer blocks of width 96. The max pooling is what lifts it above a
-# small CNN: the same stem with stride-2 convolutions instead scores about
-# a point lower. How it compares with the plain ViT, other stems and a
-# small CNN on Fashion-MNIST: docs/training.md.
+# Three CNN stages (3x3 convolution, BatchNorm, ReLU; 16, 64, 128 channels)
+# turn the image into a 4x4 map of 1x1 patches for 2 Transformer blocks of
+# width 96: the first two stages halve the map with 2x2 max pooling, the
+# last with a stride-2 convolution. The first stage's pooling is what lifts
+# it above a small CNN (stride-2 convolutions throughout score about a point
+# lower); the last stage's strided convolution and the 16-channel first
+# stage make a step about a third cheaper than three 32-64-128 pooled
+# stages, and the 9 epochs that buys beat their 6. How it compares with the
+# plain ViT, other stems and a small CNN on Fashion-MNIST: docs/training.md.
 SMALL_MODEL = dict(
     patch_size=1, hidden_dim=96, num_layers=2, num_heads=4, mlp_dim=192,
-    stem_filters=(32, 64, 128), stem_strides=(2, 2, 2), stem_downsampling="max_pool",
+    stem_filters=(16, 64, 128), stem_strides=(2, 2, 2),
+    stem_downsampling=("max_pool", "max_pool", "convolution"),
     class_token=False, pooling="gap",
 )
 # The same width on 4x4 pixel patches (7x7 of them at 28 px) and 4 blocks:
@@ -132,7 +136,7 @@ def train(
     model="small",
     image_size=None,
     patch_size=None,
-    epochs=6,
+    epochs=9,
     batch_size=128,
     recipe="small",
     augmentation="none",

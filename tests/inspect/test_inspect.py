@@ -77,7 +77,8 @@ def test_a_max_pool_stem_model_is_inspected_on_its_rounded_up_grid(tmp_path):
     # The main job's geometry: 28 px -> 14 -> 7 -> 4 tokens a side.
     model = keras_vit.VisionTransformer(
         **{**TINY, "patch_size": 1, "input_shape": (28, 28, 1)}, stem_filters=(4, 4, 8),
-        stem_downsampling="max_pool", class_token=False, pooling="gap",
+        stem_downsampling=("max_pool", "max_pool", "convolution"), class_token=False,
+        pooling="gap",
     )
     prefix, grid, _ = vit_inspect.token_layout(model)
     assert (prefix, grid) == (0, (4, 4))

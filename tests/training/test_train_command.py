@@ -82,7 +82,9 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
     assert tuned_model.input_shape == (None, 24, 24, 3)
     # The default stem halves 24 px three times: a 3x3 grid.
     assert tuned_model.get_layer("position_embedding").grid_size == (3, 3)
-    assert tuned_model.get_layer("stem").downsampling == "max_pool"
+    stem = tuned_model.get_layer("stem")
+    assert stem.downsampling == keras_vit.training.SMALL_MODEL["stem_downsampling"]
+    assert stem.filters == keras_vit.training.SMALL_MODEL["stem_filters"]
     assert isinstance(tuned_model.get_layer("encoderblock_0"), keras_vit.layers.TransformerBlock)
     for arguments, message in (
         (["finetune", os.path.join(out, "missing.keras")], "not an existing checkpoint file"),
