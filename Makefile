@@ -6,7 +6,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-BACKENDS ?= tensorflow jax torch
+# The first one also runs the backend-independent tests: the lightest suite.
+BACKENDS ?= torch tensorflow jax
 PYTEST_ARGS ?=
 PARALLEL ?= 1
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
@@ -14,7 +15,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The machine's local CPU wheel of torch, where there is one.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: demo test test-keras setup clean
+.PHONY: demo test test-quick test-keras setup clean
 
 demo: setup
 	$(BIN)/keras-vit demo
@@ -23,16 +24,28 @@ demo: setup
 # a test's time is single-threaded: start-up, Python, small models, so two
 # cores serve three suites in about half the time of one after another;
 # PARALLEL=0 runs them in turn, with live output), prints each backend's
-# log, then fails if any backend failed.
+# log, then fails if any backend failed. Side by side, each suite's torch /
+# OpenMP threads are one (more only spin against the other suites). XLA
+# (JAX's, and TensorFlow's where it compiles) optimises the machine code it
+# generates less: the suite's models are tiny, so most of its time is
+# compilation, a quarter less this way; the computation is the same.
+# The suites share `.test-cache/` (emptied first): what takes long to make and
+# is the same for every backend is made once (tests/conftest.py,
+# `shared_artifact`). Tests marked backend_independent run in the first
+# backend's suite only.
 test: setup
-	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; \
+	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
+	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache" \
+	  XLA_FLAGS="--xla_backend_optimization_level=0 $$XLA_FLAGS"; \
+	start=$$(date +%s); \
 	for backend in $(BACKENDS); do \
 	  if [ "$(PARALLEL)" = 0 ]; then \
 	    echo "=== pytest with KERAS_BACKEND=$$backend"; \
 	    KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS); echo $$? > .test-logs/$$backend.rc; \
 	  else \
-	    ( KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS) > .test-logs/$$backend.log 2>&1; \
-	      echo $$? > .test-logs/$$backend.rc; echo "=== $$backend finished: exit $$(cat .test-logs/$$backend.rc)" ) & \
+	    ( OMP_NUM_THREADS=1 KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS) > .test-logs/$$backend.log 2>&1; \
+	      echo $$? > .test-logs/$$backend.rc; \
+	      echo "=== $$backend finished: exit $$(cat .test-logs/$$backend.rc) after $$(( $$(date +%s) - start )) s" ) & \
 	  fi; \
 	done; \
 	wait; \
@@ -42,7 +55,13 @@ test: setup
 	  [ "$$(cat .test-logs/$$backend.rc)" = 0 ] || failed="$$failed $$backend"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED on:$$failed"; exit 1; fi; \
-	echo "all backends passed: $(BACKENDS)"
+	echo "all backends passed: $(BACKENDS) in $$(( $$(date +%s) - start )) s"
+
+# The inner loop: one backend, the tests not marked slow (no training runs,
+# fresh interpreters or exports), in about two minutes.
+QUICK_BACKEND ?= tensorflow
+test-quick: setup
+	KERAS_BACKEND=$(QUICK_BACKEND) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The suite on another Keras release than the lock's, e.g. the lower bound
 # that pyproject.toml names: `make test-keras KERAS=3.14.1`. That release

@@ -1,12 +1,13 @@
 """Long runs stay flat: resident memory over thousands of predict / serving calls.
 
 For each backend, in a fresh process: the main job's small ViT answers
-`--calls` batches through `model.predict` (and, on TensorFlow, through the
+`--calls` batches of `--batch-size` images through `model.predict` (and, on TensorFlow, through the
 exported SavedModel's serving signature loaded with `tf.saved_model.load`).
 Resident memory (VmRSS) is read after a warm-up of `--warmup` calls and at
 the end; the growth per 1,000 calls is printed as a JSON line per case.
 
     python benchmarks/memory_growth.py [--backends tensorflow jax torch] [--calls 5000]
+        [--warmup 500] [--batch-size 32]
 """
 
 import argparse
@@ -30,9 +31,9 @@ CASE = textwrap.dedent(
     import keras, keras_vit
     from keras_vit.training.loop import SMALL_MODEL
 
-    calls, warmup = int(sys.argv[1]), int(sys.argv[2])
+    calls, warmup, batch_size = (int(arg) for arg in sys.argv[1:4])
     model = keras_vit.VisionTransformer(**SMALL_MODEL, input_shape=(28, 28, 1), classes=10)
-    batch = np.random.default_rng(0).uniform(0, 255, (32, 28, 28, 1)).astype("float32")
+    batch = np.random.default_rng(0).uniform(0, 255, (batch_size, 28, 28, 1)).astype("float32")
     cases = {"predict": lambda: model.predict(batch, verbose=0)}
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
@@ -57,10 +58,10 @@ CASE = textwrap.dedent(
 )
 
 
-def measure(backend, calls, warmup):
+def measure(backend, calls, warmup, batch_size=32):
     """The JSON results of one backend's fresh process."""
     done = subprocess.run(
-        [sys.executable, "-c", CASE, str(calls), str(warmup)],
+        [sys.executable, "-c", CASE, str(calls), str(warmup), str(batch_size)],
         env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"),
         capture_output=True, text=True, check=False,
     )
@@ -74,12 +75,13 @@ def main(argv=None):
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
     if not 0 < args.warmup < args.calls:
         parser.error(f"--warmup must be in (0, --calls). Received: --warmup {args.warmup}")
     results = []
     for backend in args.backends:
-        for result in measure(backend, args.calls, args.warmup):
+        for result in measure(backend, args.calls, args.warmup, args.batch_size):
             print(json.dumps(result), flush=True)
             results.append(result)
     return results

@@ -1,11 +1,27 @@
-"""Shared fixtures. The suite runs once per backend (KERAS_BACKEND)."""
+"""Shared fixtures and markers. The suite runs once per backend (KERAS_BACKEND).
 
+Markers (`pytest -m`):
+- `backend_independent`: the test's outcome cannot depend on the backend
+  (files, docs, argument parsing, arithmetic). `make test` runs the suite
+  once per backend and names them all in `KERAS_VIT_SUITE_BACKENDS`: these
+  tests run under the first one and are skipped under the others. Without
+  the variable they run under whichever backend runs the suite.
+- `slow`: over a few seconds (a training, a fresh interpreter, an export).
+  `make test-quick` leaves them out.
+"""
+
+import contextlib
+import fcntl
+import gc
 import importlib.util
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import typing
 
 import keras
 import numpy as np
@@ -17,6 +33,38 @@ INSTALLED_BACKENDS = tuple(
     b for b in ALL_BACKENDS if importlib.util.find_spec(b) is not None
 )
 
+# The backends that `make test` runs the suite under, side by side, in the
+# order given; unset, this process's backend alone.
+SUITE_BACKENDS = tuple(os.environ.get("KERAS_VIT_SUITE_BACKENDS", BACKEND).split())
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "backend_independent: runs under the first backend of "
+        "KERAS_VIT_SUITE_BACKENDS only")
+    config.addinivalue_line(
+        "markers", "slow: takes more than a few seconds; `make test-quick` skips it")
+
+
+def pytest_collection_finish(session):
+    # Every test module is imported, and with them TensorFlow, JAX or torch:
+    # hundreds of thousands of long-lived objects. Frozen, the collector
+    # leaves them alone, and the `gc.collect()` of each test's
+    # `clear_session()` walks only what tests made (0.2-4 s a test before).
+    gc.collect()
+    gc.freeze()
+
+
+def pytest_collection_modifyitems(config, items):
+    if BACKEND == SUITE_BACKENDS[0]:
+        return
+    skip = pytest.mark.skip(
+        reason=f"backend-independent: run under KERAS_BACKEND={SUITE_BACKENDS[0]}")
+    for item in items:
+        if item.get_closest_marker("backend_independent"):
+            item.add_marker(skip)
+
+
 # A ViT small enough to build and run in milliseconds.
 TINY = dict(
     patch_size=4,
@@ -27,6 +75,62 @@ TINY = dict(
     input_shape=(16, 16, 3),
     classes=5,
 )
+
+
+def shared_artifact(name, make, tmp_path_factory):
+    """The path of a file or folder that `make(path)` writes, made once and shared.
+
+    For what takes long to make and is the same whatever backend asks
+    (a model trained on TensorFlow, a reference implementation's outputs):
+    `make test` points `KERAS_VIT_TEST_CACHE` at a folder it empties before
+    the suites start, and the first suite to ask makes it under a lock while
+    the others wait for it. Without the variable, it is made once for this
+    pytest session. `make` gets a new folder to write into; it is renamed to
+    `name` only when `make` returns.
+    """
+    root = os.environ.get("KERAS_VIT_TEST_CACHE") or str(tmp_path_factory.getbasetemp())
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, name)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(path):
+            partial = path + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            os.makedirs(partial)
+            make(partial)
+            os.rename(partial, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def image_folder(tmp_path_factory):
+    """A two-class train/test folder of 16-px PNGs: 16 training and 8 test images a class."""
+    from tests.training.test_train_command import write_dataset
+
+    return write_dataset(tmp_path_factory.mktemp("image_folder"), per_class=16)
+
+
+class TrainedRun(typing.NamedTuple):
+    folder: str  # model.keras, class_names.json, history.csv, metrics.json, run.json, ...
+    printed: str  # what the command printed
+
+
+@pytest.fixture(scope="session")
+def trained_run(image_folder, tmp_path_factory):
+    """One finished `keras-vit train` run on `image_folder` (2 epochs of 4 steps), in-process.
+
+    Shared by the tests that evaluate, predict, fine-tune, export or inspect
+    a run: read its folder, write elsewhere.
+    """
+    from keras_vit.cli import main
+
+    folder = str(tmp_path_factory.mktemp("trained_run") / "run")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["train", "--dataset", image_folder, "--image-size", "16", "--epochs", "2",
+                     "--batch-size", "8", "--output-dir", folder])
+    assert code == 0, printed.getvalue()
+    return TrainedRun(folder, printed.getvalue())
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ def load_benchmark(name):
     return module
 
 
+@pytest.mark.backend_independent
 def test_flop_count_of_vit_b16_matches_the_hand_count():
     tokens, dim, mlp = 197, 768, 3072
     embedding = 2 * 196 * (16 * 16 * 3) * dim  # 231,211,008
@@ -48,6 +49,7 @@ def test_flop_count_of_vit_b16_matches_the_hand_count():
     assert flop_count("B/16", patch_dropout_rate=0.5) == flop_count("B/16")  # inference
 
 
+@pytest.mark.slow
 def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
     throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
@@ -77,6 +79,7 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         assert f"{peer} is not installed" in table
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
     # Without a GPU it measures the CPU (no device, so no MFU): the bf16
     # GEMM and bf16 training rows must still run, and leave the global
@@ -99,6 +102,7 @@ def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
     assert "| measurement | library | backend |" in capsys.readouterr().out
 
 
+@pytest.mark.backend_independent
 def test_model_flops_utilisation_uses_the_devices_bf16_peak():
     throughput = load_benchmark("throughput")
     assert throughput.bf16_peak("NVIDIA H100 80GB HBM3") == 989.4e12
@@ -106,6 +110,7 @@ def test_model_flops_utilisation_uses_the_devices_bf16_peak():
     assert throughput.bf16_peak("cpu") is None
 
 
+@pytest.mark.slow
 def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
     throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
@@ -127,6 +132,7 @@ def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
             sum(row["images_per_second_rounds"]) / 2)
 
 
+@pytest.mark.backend_independent
 def test_median_measurement_skips_failures_and_keeps_the_largest_peak():
     median_measurement = load_benchmark("throughput").median_measurement
     row = median_measurement([
@@ -141,12 +147,14 @@ def test_median_measurement_skips_failures_and_keeps_the_largest_peak():
     assert median_measurement([None, None]) == {}
 
 
+@pytest.mark.backend_independent
 def test_rounds_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         load_benchmark("throughput").main(["--quick", "--rounds", "0"])
     assert "--rounds must be at least 1. Received: --rounds 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     import keras
     import numpy as np
@@ -175,7 +183,10 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     assert keras.config.dtype_policy().name == "float32"  # restored
 
 
+@pytest.mark.backend_independent  # the benchmark's own code: children, JSON, medians
+@pytest.mark.slow
 def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path):
+    # (Training through `keras-vit train` on each backend is tests/test_console.py's.)
     out = tmp_path / "main_job.json"
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",
@@ -201,6 +212,7 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     assert f"| {BACKEND} |" in done.stdout
 
 
+@pytest.mark.slow
 def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(tmp_path):
     if BACKEND == "torch":
         pytest.skip("the benchmark compares the TensorFlow and JAX backends")
@@ -221,6 +233,7 @@ def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(t
     assert "overhead" in done.stdout
 
 
+@pytest.mark.slow
 def test_export_latency_quick_run_measures_keras_onnx_and_litert():
     if BACKEND != "tensorflow":
         pytest.skip("one backend is enough: exports from the others rebuild on TensorFlow")
@@ -238,6 +251,7 @@ def test_export_latency_quick_run_measures_keras_onnx_and_litert():
         assert rows[mode]["max_abs_error"] < 1e-4, rows[mode]
 
 
+@pytest.mark.backend_independent
 def test_main_job_summary_gives_each_backends_second_epoch_over_tensorflows():
     summarise = load_benchmark("main_job_vs_cnn").summarise
 
@@ -261,6 +275,7 @@ def test_main_job_summary_gives_each_backends_second_epoch_over_tensorflows():
     assert "vit_second_epoch_over_tensorflow" not in quick["jax"]
 
 
+@pytest.mark.backend_independent
 def test_main_job_summary_compares_a_backend_without_a_cnn_run_with_tensorflow_only():
     summarise = load_benchmark("main_job_vs_cnn").summarise
 
@@ -280,6 +295,7 @@ def test_main_job_summary_compares_a_backend_without_a_cnn_run_with_tensorflow_o
     assert jax["vit_accuracy_points_minus_tensorflow"] == pytest.approx(-0.25)
 
 
+@pytest.mark.backend_independent
 def test_main_job_refuses_a_cnn_backend_that_is_not_among_the_backends():
     done = subprocess.run(
         [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",

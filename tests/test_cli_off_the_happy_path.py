@@ -60,6 +60,7 @@ def test_a_folder_without_test_images_is_refused_before_training(folders, tmp_pa
     assert not out.exists()  # refused before any folder was made
 
 
+@pytest.mark.slow
 def test_a_held_out_split_is_fixed_stratified_and_disjoint(folders, held_out_run):
     labels = np.repeat([0, 1, 2], [10, 20, 5])
     training, validation = keras_vit.data.held_out_split(labels, 0.2)
@@ -74,6 +75,7 @@ def test_a_held_out_split_is_fixed_stratified_and_disjoint(folders, held_out_run
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_evaluate_and_export_use_the_runs_own_data_by_default(folders, held_out_run, capsys):
     model = os.path.join(held_out_run, "model.keras")
     assert main(["evaluate", "--model", model]) == 0
@@ -104,6 +106,7 @@ def test_evaluate_reports_the_same_cross_entropy_for_a_softmax_head_on_every_bac
     assert reported == pytest.approx(expected, abs=2e-4)  # no softmax applied twice
 
 
+@pytest.mark.backend_independent
 def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path):
     settings = {"model": "small", "batch_size": 8, "recipe": "small", "epochs": 3}
     record_run(str(tmp_path), False, settings)
@@ -119,6 +122,7 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
         record_run(str(tmp_path), True, {**settings, "epochs": 2})
 
 
+@pytest.mark.backend_independent
 def test_overwrite_starts_over_an_unfinished_run_only_when_its_settings_differ(tmp_path):
     def open_run(batch_size, overwrite):
         run = Run("train", output_dir=str(tmp_path), overwrite=overwrite, epochs=3,
@@ -140,6 +144,7 @@ def test_overwrite_starts_over_an_unfinished_run_only_when_its_settings_differ(t
     assert read_run(str(tmp_path))["batch_size"] == 16
 
 
+@pytest.mark.slow
 def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, tmp_path):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "keras_vit_launcher", "train", "--dataset", folders["split"],
@@ -236,6 +241,7 @@ def test_an_unprepared_tfds_dataset_is_refused_at_once_naming_download(tmp_path)
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.backend_independent
 def test_cli_messages_use_the_options_names():
     assert cli_message("Dataset 'x' has 3 training images, fewer than one batch of "
                         "batch_size=8; use a smaller `batch_size`.") == (
@@ -250,6 +256,7 @@ def test_cli_messages_use_the_options_names():
 
 @pytest.mark.skipif(BACKEND == "torch", reason="exported through a TensorFlow child process; "
                     "the files are written the same way (tests/export)")
+@pytest.mark.slow
 def test_exports_get_the_umasks_permissions(tmp_path):
     old = os.umask(0o022)
     try:
@@ -269,6 +276,7 @@ def test_exports_get_the_umasks_permissions(tmp_path):
         assert mode == (0o755 if os.path.isdir(path) else 0o644), (path, oct(mode))
 
 
+@pytest.mark.slow
 def test_int8_export_prints_only_the_packages_own_lines(tmp_path):
     code = (
         "import numpy as np, keras_vit\n"
@@ -285,6 +293,7 @@ def test_int8_export_prints_only_the_packages_own_lines(tmp_path):
     assert "fully_quantize" not in output and "tf.lite.Interpreter is deprecated" not in output
 
 
+@pytest.mark.backend_independent
 def test_recipes_read_as_one_line():
     small = str(keras_vit.training.RECIPES["small"])
     assert small == ("AdamW, learning rate 0.002 (10% warm-up, then cosine decay), weight "
@@ -310,6 +319,7 @@ def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys
     figures.save(figure, os.devnull)
 
 
+@pytest.mark.backend_independent
 def test_learning_curves_count_epochs_like_the_history(tmp_path):
     from matplotlib import image as mpimg  # noqa: F401 (matplotlib present)
 

@@ -1,5 +1,6 @@
 """The `keras-vit` console script as a user runs it: quiet, with progress, the backend asked for."""
 
+import json
 import os
 import pty
 import re
@@ -59,11 +60,55 @@ def dataset(tmp_path_factory):
     return write_dataset(tmp_path_factory.mktemp("data"), per_class=16)
 
 
+# Runs each command line through the launcher in one fresh interpreter, as the
+# console script would, and captures what each one writes to file descriptors
+# 1 and 2 (native code's lines included) on its own. An exit with a message is
+# what Python does with it at the top level: the message on stderr, status 1.
+CONSOLE_RUNS = """
+import json, os, sys, tempfile
+import keras_vit_launcher
+
+def run(args):
+    sys.stdout.flush(); sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 1); os.dup2(captured.fileno(), 2)
+        try:
+            code = keras_vit_launcher.main(args)
+        except SystemExit as exit:
+            code = exit.code
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+                code = 1
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os.dup2(saved[0], 1); os.dup2(saved[1], 2)
+        captured.seek(0)
+        return code or 0, captured.read().decode(errors="replace")
+
+print(json.dumps([run(args) for args in json.loads(sys.argv[1])]))
+"""
+
+
+def keras_vit_runs(*commands, environment=None, timeout=300):
+    """`(code, output)` of each `keras-vit ARGS`, run one after another in one interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", CONSOLE_RUNS, json.dumps([list(args) for args in commands])],
+        env=environment or console_environment(), capture_output=True, text=True,
+        timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # What the interpreter wrote outside the commands (at exit) counts too.
+    assert native_log_lines(done.stderr) == [], done.stderr
+    return [tuple(run) for run in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+@pytest.mark.slow
 def test_help_version_and_errors_print_only_the_commands_own_lines(tmp_path):
+    commands = (["--help"], ["train", "--help"], ["--version"],
+                ["predict", str(tmp_path / "missing.png")])
     runs = {}
-    for args in (["--help"], ["train", "--help"], ["--version"],
-                 ["predict", str(tmp_path / "missing.png")]):
-        runs[args[0]] = code, output = keras_vit(*args)
+    for args, (code, output) in zip(commands, keras_vit_runs(*commands)):
+        runs[args[0]] = code, output
         assert native_log_lines(output) == [], (args, output)
     assert re.fullmatch(r"keras-vit \d+\.\d+\.\d+\S*\n", runs["--version"][1])
     code, output = runs["predict"]
@@ -71,6 +116,7 @@ def test_help_version_and_errors_print_only_the_commands_own_lines(tmp_path):
         f"keras-vit predict: no such image file(s): [{str(tmp_path / 'missing.png')!r}]")
 
 
+@pytest.mark.backend_independent
 def test_every_option_of_every_command_is_described_with_its_default():
     from keras_vit.cli import build_parser
 
@@ -86,12 +132,14 @@ def test_every_option_of_every_command_is_described_with_its_default():
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's own log lines")
+@pytest.mark.slow
 def test_verbose_shows_the_native_log_lines_that_are_hidden_by_default(tmp_path):
     # The check above could pass by TensorFlow printing nothing at all: it does not.
     code, output = keras_vit("predict", str(tmp_path / "missing.png"), "--verbose")
     assert code == 1 and native_log_lines(output), output
 
 
+@pytest.mark.slow
 def test_a_run_shows_a_live_bar_on_a_terminal_and_one_line_per_epoch_otherwise(dataset, tmp_path):
     args = ["train", "--dataset", dataset, "--image-size", "16", "--epochs", "2",
             "--batch-size", "8", "--backend", BACKEND]
@@ -116,6 +164,7 @@ def test_a_run_shows_a_live_bar_on_a_terminal_and_one_line_per_epoch_otherwise(d
     assert re.search(r"^\d+/\d+ - .*accuracy", evaluated, re.MULTILINE), evaluated
 
 
+@pytest.mark.slow
 def test_backend_option_chooses_the_backend_of_the_whole_command(tmp_path):
     other = "jax" if BACKEND != "jax" else "tensorflow"
     out = run_python(
@@ -130,6 +179,7 @@ def test_backend_option_chooses_the_backend_of_the_whole_command(tmp_path):
     assert out.splitlines()[-2] == other and "no such file" in out.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_importing_the_package_leaves_the_users_logging_settings_alone():
     out = run_python(
         "import logging, os\n"

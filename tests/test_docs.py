@@ -7,6 +7,9 @@ import re
 
 import pytest
 
+# Files and source text: the same under every backend.
+pytestmark = pytest.mark.backend_independent
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DOCS = ["README.md", "CONTRIBUTING.md", "SECURITY.md",
              *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]

@@ -3,6 +3,11 @@
 import ast
 import os
 
+import pytest
+
+# Source text: the same under every backend.
+pytestmark = pytest.mark.backend_independent
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "keras_vit")
 

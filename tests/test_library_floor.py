@@ -15,6 +15,15 @@ import sys
 import textwrap
 
 import keras
+import pytest
+
+from tests.conftest import BACKEND, SUITE_BACKENDS
+
+# Under TensorFlow these checks run on JAX (see `library_backend`): when the
+# JAX suite runs beside this one, it makes the same checks.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    BACKEND == "tensorflow" and "jax" in SUITE_BACKENDS,
+    reason="the JAX suite runs the library floor on JAX")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

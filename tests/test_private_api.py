@@ -11,8 +11,12 @@ import os
 import pkgutil
 
 import keras
+import pytest
 
 import keras_vit
+
+# Source text: the same under every backend.
+pytestmark = pytest.mark.backend_independent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "keras_vit")

@@ -5,11 +5,13 @@ import os
 
 import keras
 import numpy as np
+import pytest
 
 import keras_vit
 from tests.conftest import TINY, randomize_weights, run_python
 
 
+@pytest.mark.slow
 def test_keras_file_round_trips_in_a_fresh_process(tmp_path, images):
     model = randomize_weights(
         keras_vit.VisionTransformer(**TINY, drop_path_rate=0.1, dropout_rate=0.1)

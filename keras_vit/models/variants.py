@@ -54,12 +54,24 @@ def parameter_count(variant, image_size=224, classes=1000, channels=3):
     embedding, class token, position embeddings, blocks, final LayerNorm
     and head. Used for documentation and as a check on built models.
 
+    Args:
+        variant: a name (`"B/16"`) or a dict of `patch_size`, `hidden_dim`,
+            `num_layers` and `mlp_dim` (e.g. `decode_variant(...)`).
+        image_size: int, the side of the square input.
+        classes: int, the head's classes (0: no head).
+        channels: int, image channels.
+
+    Returns:
+        int, the number of weights.
+
     Example:
 
     >>> parameter_count("B/16")
     86567656
+    >>> parameter_count({**decode_variant("B/16"), "num_layers": 1})
+    8601064
     """
-    arch = decode_variant(variant)
+    arch = decode_variant(variant) if isinstance(variant, str) else variant
     patch, dim, mlp = arch["patch_size"], arch["hidden_dim"], arch["mlp_dim"]
     tokens = (image_size // patch) ** 2 + 1
     block = 4 * dim * dim + 2 * dim * mlp + 9 * dim + mlp  # 2 LN, qkv, out, MLP

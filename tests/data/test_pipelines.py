@@ -30,6 +30,7 @@ def batches(dataset, n=2):
     return [tuple(t.numpy() for t in batch) for batch in dataset.data.take(n)]
 
 
+@pytest.mark.slow
 def test_arrays_pipeline_fits_and_is_deterministic():
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (40, 28, 28)).astype("uint8")
@@ -104,6 +105,7 @@ def write_folder(root):
     (root / "train" / "dogs" / "broken.png").write_bytes(png[:30])
 
 
+@pytest.mark.slow
 def test_image_folder_skips_bad_files_with_a_count(tmp_path, caplog):
     write_folder(tmp_path)
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
@@ -136,6 +138,7 @@ def test_empty_class_folders_fail_clearly(tmp_path):
         vit_data.from_folder(str(tmp_path), image_size=8)
 
 
+@pytest.mark.slow
 def test_tfds_pipeline_reads_a_prepared_dataset_and_fails_offline(tmp_path):
     import tensorflow_datasets as tfds
 

@@ -19,15 +19,15 @@ import keras_vit
 from keras_vit.distribution import Distributed, SHARDED_LAYOUTS, device_mesh, distribute, layout_map
 from tests.conftest import BACKEND, TINY, last_json_line, run_python
 
-# One fit step of TINY on 16 images, on one device and on the given
-# engine, both from the same seed and data through `Distributed.dataset`.
+# One fit step on 16 images, on one device and on each given engine, both
+# from the same seed and data through `Distributed.dataset`, for each case
+# (a name: an architecture and the engines to compare).
 ONE_STEP = """
 import json, numpy as np, keras, keras_vit
 from keras_vit.distribution import distribute, simulate_cpu_devices
 simulate_cpu_devices(4)
 from keras_vit.data import from_arrays
 from keras_vit.training.recipes import RECIPES
-TINY = {tiny}
 rng = np.random.default_rng(0)
 images = rng.uniform(0, 255, (16, 16, 16, 3)).astype("float32")
 labels = rng.integers(0, 5, 16)
@@ -35,10 +35,10 @@ labels = rng.integers(0, 5, 16)
 def make(batch_size, shard):
     return from_arrays(images, labels, image_size=16, batch_size=batch_size, shard=shard)
 
-def one_step(plan, recipe):
+def one_step(plan, recipe, architecture):
     keras.utils.set_random_seed(7)
     with plan.scope():
-        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        model = keras_vit.VisionTransformer(**architecture, classifier_activation=None)
         # No warm-up: step 0 moves the weights. Both recipes clip the
         # gradient's global norm at 1.0, which this step exceeds.
         RECIPES[recipe].compile(model, total_steps=1)
@@ -46,36 +46,63 @@ def one_step(plan, recipe):
         model.fit(plan.dataset(make, 16).data, epochs=1, verbose=0)
     return model
 
-result = {{}}
-for recipe in ("pretrain", "finetune"):  # AdamW and SGD
-    reference = one_step(distribute(None), recipe)
-    expected = {{v.path: np.asarray(keras.ops.convert_to_numpy(v)) for v in reference.trainable_variables}}
-    # The step moved the weights (so matching them means something).
-    result["moved_" + recipe] = max(float(np.abs(a - expected[v.path]).max())
-                                    for a, v in zip(reference.initial, reference.trainable_variables))
-    for kind in {kinds}:
-        plan = distribute(kind, model_parallel=2, model=TINY)
-        model = one_step(plan, recipe)
-        result.setdefault(kind, dict(
-            replicas=plan.num_replicas,
-            engine=type(plan.engine).__name__,
-            jit=bool(model.jit_compile),
-        ))["error_" + recipe] = max(
-            float(np.abs(expected[v.path] - keras.ops.convert_to_numpy(v)).max())
-            for v in model.trainable_variables
-        )
-        if keras.backend.backend() == "jax" and recipe == "pretrain":
-            # Partition specs without their trailing Nones.
-            result[kind]["layouts"] = {{
-                v.path: [str(s) if s else None for s in v.value.sharding.spec][
-                    :max([i + 1 for i, s in enumerate(v.value.sharding.spec) if s] or [0])]
-                for v in list(model.variables) + list(model.optimizer.variables)
-            }}
-            qkv = model.get_layer("encoderblock_0").attention.qkv_kernel.value
-            result[kind]["qkv_shard_shape"] = list(qkv.addressable_shards[0].data.shape)
-            result[kind]["devices"] = len(qkv.sharding.device_set)
-print(json.dumps(result))
+def compare(architecture, kinds):
+    result = {{}}
+    for recipe in ("pretrain", "finetune"):  # AdamW and SGD
+        reference = one_step(distribute(None), recipe, architecture)
+        expected = {{v.path: np.asarray(keras.ops.convert_to_numpy(v))
+                    for v in reference.trainable_variables}}
+        # The step moved the weights (so matching them means something).
+        result["moved_" + recipe] = max(float(np.abs(a - expected[v.path]).max())
+                                        for a, v in zip(reference.initial,
+                                                        reference.trainable_variables))
+        for kind in kinds:
+            plan = distribute(kind, model_parallel=2, model=architecture)
+            model = one_step(plan, recipe, architecture)
+            result.setdefault(kind, dict(
+                replicas=plan.num_replicas,
+                engine=type(plan.engine).__name__,
+                jit=bool(model.jit_compile),
+            ))["error_" + recipe] = max(
+                float(np.abs(expected[v.path] - keras.ops.convert_to_numpy(v)).max())
+                for v in model.trainable_variables
+            )
+            if keras.backend.backend() == "jax" and recipe == "pretrain":
+                # Partition specs without their trailing Nones.
+                result[kind]["layouts"] = {{
+                    v.path: [str(s) if s else None for s in v.value.sharding.spec][
+                        :max([i + 1 for i, s in enumerate(v.value.sharding.spec) if s] or [0])]
+                    for v in list(model.variables) + list(model.optimizer.variables)
+                }}
+                qkv = model.get_layer("encoderblock_0").attention.qkv_kernel.value
+                result[kind]["qkv_shard_shape"] = list(qkv.addressable_shards[0].data.shape)
+                result[kind]["devices"] = len(qkv.sharding.device_set)
+    return result
+
+print(json.dumps({{name: compare(*case) for name, case in {cases}.items()}}))
 """
+
+
+@pytest.fixture(scope="module")
+def one_steps():
+    """ONE_STEP's result for a case: TINY on this backend's engines, or run-time resolution.
+
+    Each run is a fresh interpreter (the device count is fixed when a backend
+    starts); on JAX one runs both cases. On TensorFlow each case has its own:
+    two MirroredStrategy runs in one process send collective ops that collide.
+    """
+    engines = {"jax": ("data", "model"), "tensorflow": ("data",)}[BACKEND]
+    any_size = {**TINY, "input_shape": (None, None, 3), "base_image_size": 8}
+    cases = {"tiny": (TINY, engines), "any_size": (any_size, ("data",))}
+    results = {}
+
+    def result(name):
+        if name not in results:
+            wanted = cases if BACKEND == "jax" else {name: cases[name]}
+            results.update(last_json_line(run_python(ONE_STEP.format(cases=wanted))))
+        return results[name]
+
+    return result
 
 
 def tiny_variables():
@@ -157,8 +184,9 @@ def test_each_worker_reads_its_own_shard_in_batches_of_its_share():
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution runs on JAX")
-def test_jax_data_and_model_parallel_steps_match_one_device():
-    result = last_json_line(run_python(ONE_STEP.format(tiny=TINY, kinds=("data", "model"))))
+@pytest.mark.slow
+def test_jax_data_and_model_parallel_steps_match_one_device(one_steps):
+    result = one_steps("tiny")
     data, model = result["data"], result["model"]
     assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("DataParallel", 4)
@@ -185,9 +213,9 @@ def test_jax_data_and_model_parallel_steps_match_one_device():
 
 
 @pytest.mark.skipif(BACKEND == "torch", reason="keras.distribution (JAX) and tf.distribute")
-def test_a_model_of_run_time_resolution_trains_data_parallel_as_on_one_device():
-    any_size = {**TINY, "input_shape": (None, None, 3), "base_image_size": 8}
-    result = last_json_line(run_python(ONE_STEP.format(tiny=any_size, kinds=("data",))))
+@pytest.mark.slow
+def test_a_model_of_run_time_resolution_trains_data_parallel_as_on_one_device(one_steps):
+    result = one_steps("any_size")
     assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
     assert result["data"]["replicas"] == 4
     # 16-pixel images on an 8-pixel table: resampled in the graph on every replica.
@@ -196,8 +224,9 @@ def test_a_model_of_run_time_resolution_trains_data_parallel_as_on_one_device():
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute runs on TensorFlow")
-def test_tensorflow_mirrored_step_matches_one_device():
-    result = last_json_line(run_python(ONE_STEP.format(tiny=TINY, kinds=("data",))))
+@pytest.mark.slow
+def test_tensorflow_mirrored_step_matches_one_device(one_steps):
+    result = one_steps("tiny")
     data = result["data"]
     assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("MirroredStrategy", 4)
@@ -230,6 +259,7 @@ def worker_environment(backend, addresses, index):
 
 
 @pytest.mark.skipif(BACKEND == "torch", reason="tf.distribute and keras.distribution only")
+@pytest.mark.slow
 def test_two_workers_on_localhost_train_and_agree_on_the_weights(tmp_path):
     # TensorFlow: MultiWorkerMirroredStrategy; JAX: jax.distributed (Gloo on the CPU).
     from tests.training.test_train_command import history_epochs, write_dataset
@@ -265,6 +295,7 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(tmp_path):
 
 
 @pytest.mark.skipif(BACKEND != "jax", reason="model parallelism runs on JAX")
+@pytest.mark.slow
 def test_train_command_runs_model_parallel_on_simulated_devices(tmp_path):
     from tests.training.test_train_command import write_dataset
 

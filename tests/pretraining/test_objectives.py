@@ -82,6 +82,7 @@ def test_the_mae_loss_is_the_squared_error_on_dropped_patches():
 
 
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
+@pytest.mark.slow
 def test_a_few_fit_steps_lower_the_loss(name):
     objective, model = built(name)
     data = objective.batches(image_batches(), model).take(1).cache().repeat(12)
@@ -94,6 +95,7 @@ def test_a_few_fit_steps_lower_the_loss(name):
 
 
 @pytest.mark.parametrize("name", ["mpp", "mae"])
+@pytest.mark.slow
 def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, tmp_path):
     objective, model = built(name)
     model.fit(objective.batches(image_batches(), model), epochs=1, verbose=0)
@@ -121,6 +123,7 @@ def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, t
 
 
 @pytest.mark.parametrize("name", ["mpp_grid", "mae"])
+@pytest.mark.slow
 def test_the_pretraining_model_round_trips_through_a_keras_file(name, tmp_path):
     objective, model = built(name)
     batches = objective.batches(image_batches(), model)

@@ -20,6 +20,7 @@ def pretrain_command(data, out, epochs, *extra):
             "--batch-size", "16", "--output-dir", out, *extra]
 
 
+@pytest.mark.slow
 def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, capsys):
     import keras
 
@@ -65,6 +66,7 @@ def test_pretrain_refuses_bad_arguments_before_any_work(tmp_path):
         assert not os.path.exists(out)
 
 
+@pytest.mark.slow
 def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_path):
     data = write_dataset(tmp_path / "data")
     code = f"""

@@ -96,6 +96,7 @@ def test_an_image_folder_skips_a_bomb_with_one_warning(tmp_path, caplog):
 
 @pytest.mark.skipif(BACKEND == "torch", reason="the serving graph is traced on TensorFlow or JAX; "
                     "torch models are exported through rebuild_on_tensorflow (tests/export)")
+@pytest.mark.slow
 def test_a_served_bomb_fails_its_request_and_the_next_one_is_answered(tmp_path):
     model = keras_vit.VisionTransformer(**TINY)
     path = keras_vit.export.saved_model(model, str(tmp_path / "serving"), warmup=False)
@@ -111,6 +112,7 @@ def test_a_served_bomb_fails_its_request_and_the_next_one_is_answered(tmp_path):
     assert metadata["max_image_pixels"] == image_limits.MAX_PIXELS
 
 
+@pytest.mark.slow
 def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
     model = keras_vit.VisionTransformer(**TINY, name="tiny")
     model.save(tmp_path / "model.keras")

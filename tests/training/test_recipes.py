@@ -69,6 +69,7 @@ def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token
         np.testing.assert_allclose(value, expected, rtol=1e-6, err_msg=variable.path)
 
 
+@pytest.mark.slow
 def test_recipes_compile_and_train(images):
     labels = np.eye(5, dtype="float32")[np.arange(4) % 5]
     for name in ("pretrain", "finetune", "small"):

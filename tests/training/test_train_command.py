@@ -36,11 +36,11 @@ def history_epochs(out):
         return [int(row["epoch"]) for row in csv.DictReader(f)]
 
 
-def test_train_writes_the_run_and_evaluate_predict_use_it(tmp_path, capsys):
-    data = write_dataset(tmp_path / "data")
-    out = str(tmp_path / "run")
-    assert main(command(data, out, 2)) == 0
-    printed = capsys.readouterr().out
+@pytest.mark.slow
+def test_train_writes_the_run_and_evaluate_predict_use_it(trained_run, image_folder, tmp_path,
+                                                          capsys):
+    data, out = image_folder, trained_run.folder  # `keras-vit train`, 2 epochs (conftest)
+    printed = trained_run.printed
     assert "test accuracy:" in printed and "learning_curves.png" in printed
     for name in ("model.keras", "class_names.json", "history.csv",
                  "learning_curves.png", "metrics.json"):
@@ -133,10 +133,9 @@ def test_empty_folder_fails_fast(tmp_path):
         main(command(str(tmp_path / "data"), str(tmp_path / "run"), 1))
 
 
-def test_predict_rejects_files_that_are_not_images(tmp_path, capsys):
-    data = write_dataset(tmp_path / "data", per_class=8)
-    out = str(tmp_path / "run")
-    main(command(data, out, 1))
+@pytest.mark.slow
+def test_predict_rejects_files_that_are_not_images(trained_run, tmp_path, capsys):
+    out = trained_run.folder
     bad = tmp_path / "bad.png"
     bad.write_text("hello")
     with pytest.raises(SystemExit, match="no image could be read"):
@@ -144,6 +143,7 @@ def test_predict_rejects_files_that_are_not_images(tmp_path, capsys):
     assert f"{bad}: not a JPEG/PNG/GIF/BMP image" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_path):
     import dataclasses
 

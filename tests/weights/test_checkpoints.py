@@ -8,6 +8,7 @@ must reproduce them from the file.
 """
 
 import importlib.util
+import json
 import os
 
 import keras
@@ -20,13 +21,13 @@ from keras_vit.weights import assign_canonical, from_checkpoint, load
 from keras_vit.weights.converters import to_canonical
 from keras_vit.weights.converters.official import to_official
 from keras_vit.weights.readers import read_tensors
-from tests.conftest import last_json_line, run_python
+from tests.conftest import run_python, shared_artifact
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None
     or importlib.util.find_spec("torch") is None,
     reason="the reference needs transformers and torch",
-)
+)]
 
 ARCH = dict(patch_size=4, hidden_dim=32, num_layers=2, num_heads=4, mlp_dim=64)
 
@@ -96,13 +97,24 @@ for size in sizes:
         np.save(os.path.join(out, f"tokens_{{size}}.npy"), o.last_hidden_state.numpy())
         if kind != "mae":
             np.save(os.path.join(out, f"pooled_{{size}}.npy"), o.pooler_output.numpy())
-print(json.dumps({{"eps": config.layer_norm_eps, "act": config.hidden_act}}))
+with open(os.path.join(out, "info.json"), "w") as f:
+    json.dump({{"eps": config.layer_norm_eps, "act": config.hidden_act}}, f)
 """
+KINDS = ("model", "classifier", "timm_like", "dinov2", "dinov2_registers", "deit", "mae")
+
+
+def _make_references(root):
+    # Every reference in one interpreter (torch and transformers load once),
+    # each from its own seed as in a process of its own.
+    run_python("\n".join(REFERENCE.format(out=os.path.join(root, kind), kind=kind)
+                         for kind in KINDS), backend="torch", timeout=600)
 
 
 def _reference(tmp_path_factory, kind):
-    out = str(tmp_path_factory.mktemp(kind))
-    info = last_json_line(run_python(REFERENCE.format(out=out, kind=kind), backend="torch"))
+    out = os.path.join(shared_artifact("huggingface_references", _make_references,
+                                       tmp_path_factory), kind)
+    with open(os.path.join(out, "info.json")) as f:
+        info = json.load(f)
     assert info["act"] == "gelu"  # exact GELU: the model must follow the source
     return out, info["eps"]
 

@@ -65,6 +65,7 @@ def test_timm_map_checkpoint_parity_through_from_checkpoint_and_the_builder(map_
     np.testing.assert_allclose(built.predict(images, verbose=0), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_map_model_trains_saves_and_loads(map_checkpoint, tmp_path):
     path, images, expected = map_checkpoint
     model = from_checkpoint(path, num_heads=HEADS, include_rescaling=False, classifier_activation=None)
