@@ -25,18 +25,14 @@ demo: setup
 # cores serve three suites in about half the time of one after another;
 # PARALLEL=0 runs them in turn, with live output), prints each backend's
 # log, then fails if any backend failed. Side by side, each suite's torch /
-# OpenMP threads are one (more only spin against the other suites). XLA
-# (JAX's, and TensorFlow's where it compiles) optimises the machine code it
-# generates less: the suite's models are tiny, so most of its time is
-# compilation, a quarter less this way; the computation is the same.
+# OpenMP threads are one (more only spin against the other suites).
 # The suites share `.test-cache/` (emptied first): what takes long to make and
 # is the same for every backend is made once (tests/conftest.py,
 # `shared_artifact`). Tests marked backend_independent run in the first
 # backend's suite only.
 test: setup
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
-	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache" \
-	  XLA_FLAGS="--xla_backend_optimization_level=0 $$XLA_FLAGS"; \
+	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
 	start=$$(date +%s); \
 	for backend in $(BACKENDS); do \
 	  if [ "$(PARALLEL)" = 0 ]; then \

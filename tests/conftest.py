@@ -55,6 +55,19 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _collect_each_module_whole():
+    """One full collection after each module; what survives it is frozen.
+
+    So the collection after each test walks only what its module made, and
+    a module's garbage (its fixtures' models) is still freed when it ends.
+    """
+    yield
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_collection_modifyitems(config, items):
     if BACKEND == SUITE_BACKENDS[0]:
         return

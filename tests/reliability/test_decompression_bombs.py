@@ -37,6 +37,7 @@ def small_images():
     }
 
 
+@pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_header_sizes_are_read_without_decoding():
     for kind, data in small_images().items():
         assert image_limits.header_size(data) == (kind, 13, 21), kind
@@ -49,6 +50,7 @@ def test_header_sizes_are_read_without_decoding():
             image_limits.header_size(data)
 
 
+@pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
     jpeg = small_images()["jpeg"]
     for bomb in (PNG_BOMB, gif_bomb(30000, 30000), jpeg_bomb(jpeg, 30000, 30000)):
@@ -68,11 +70,13 @@ def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, "big"])
+@pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_bad_limits_are_refused_by_name(value):
     with pytest.raises(ValueError, match=f"max_pixels={value!r}"):
         image_limits.resolve_limits(max_pixels=value)
 
 
+@pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_an_image_folder_skips_a_bomb_with_one_warning(tmp_path, caplog):
     rng = np.random.default_rng(0)
     for name in ("a", "b"):

@@ -153,6 +153,7 @@ def test_fuzzed_checkpoint_bytes_end_in_a_clear_error(real_files, tmp_path, suff
 
 
 @pytest.mark.slow
+@pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_fuzzed_image_files_in_a_folder_are_skipped_not_fatal(tmp_path, caplog):
     import tensorflow as tf
 
