@@ -54,7 +54,7 @@ test: setup
 	echo "all backends passed: $(BACKENDS) in $$(( $$(date +%s) - start )) s"
 
 # The inner loop: one backend, the tests not marked slow (no training runs,
-# fresh interpreters or exports), in about two minutes.
+# fresh interpreters or exports), in about 1.5 minutes.
 QUICK_BACKEND ?= tensorflow
 test-quick: setup
 	KERAS_BACKEND=$(QUICK_BACKEND) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
