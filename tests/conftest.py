@@ -132,8 +132,8 @@ class TrainedRun(typing.NamedTuple):
 def trained_run(image_folder, tmp_path_factory):
     """One finished `keras-vit train` run on `image_folder` (2 epochs of 4 steps), in-process.
 
-    Shared by the tests that evaluate, predict, fine-tune, export or inspect
-    a run: read its folder, write elsewhere.
+    Shared by the tests that read a run (its outputs, evaluate, predict,
+    fine-tune from it): read its folder, write elsewhere.
     """
     from keras_vit.cli import main
 

@@ -28,9 +28,9 @@ def test_parameter_counts_equal_the_papers_code(variant):
 
 
 @pytest.mark.parametrize("variant", sorted(PAPER_PARAMETER_COUNTS))
-def test_each_builder_has_the_counted_parameters_of_its_blocks_and_its_patches(variant):
+def test_each_width_and_patch_size_at_one_block_has_the_counted_parameters(variant):
     # The count above is analytic; here it meets real models. Every block of
-    # a variant is the same layer, so the builder at depth 1 ties the count
+    # a variant is the same layer, so the variant at depth 1 ties the count
     # to the layers for each width and patch size (ViT-H/14 whole would be
     # 632M weights to initialise on every backend).
     # (The builders pass decode_variant's architecture: the test below; and
