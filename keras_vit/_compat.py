@@ -16,8 +16,9 @@ def _private(owner, name, purpose):
     try:
         return getattr(owner, name)
     except AttributeError:
+        owner_name = owner.__name__ if isinstance(owner, type) else type(owner).__name__
         raise RuntimeError(
-            f"keras_vit needs {type(owner).__name__}.{name} ({purpose}), which Keras "
+            f"keras_vit needs {owner_name}.{name} ({purpose}), which Keras "
             f"{keras.__version__} does not have; keras_vit is tested with the Keras "
             "versions its requirements name."
         ) from None
@@ -127,6 +128,35 @@ def build_for_multi_worker(model, data_batch, scope):
         symbolic_build(data_batch=data_batch)
     model._distribute_strategy = None
     return model
+
+
+# --- Distribution: several MirroredStrategy in one process -----------------
+
+_mirrored_strategies_made = 0
+
+
+def mirrored_strategy(devices):
+    """`tf.distribute.MirroredStrategy(devices)` whose collective ops no earlier one shares.
+
+    Every MirroredStrategy numbers the groups of its collective all-reduces
+    from the same key (the class attribute `_collective_key_base`, which only
+    TensorFlow's own tests change: tensorflow/python/distribute/
+    mirrored_strategy.py), and the runtime keeps a group's shapes: a second
+    model of another size trained in the same process finds the first one's
+    group and fails ("Shape mismatch in the collective instance"). Each
+    strategy made here numbers its groups from a base of its own.
+    """
+    import tensorflow as tf
+
+    global _mirrored_strategies_made
+    strategy_class = tf.distribute.MirroredStrategy
+    default_base = _private(strategy_class, "_collective_key_base", "numbering collective ops")
+    _mirrored_strategies_made += 1
+    strategy_class._collective_key_base = default_base + 100_000 * _mirrored_strategies_made
+    try:
+        return strategy_class(list(devices))
+    finally:
+        strategy_class._collective_key_base = default_base
 
 
 # --- TensorFlow: whether XLA may run ----------------------------------------

@@ -20,7 +20,8 @@ def gradients(function, arrays, upstream):
 
         loss = lambda *a: (upstream * function(*a)).sum()  # noqa: E731
         argnums = tuple(range(len(arrays)))
-        return [np.asarray(g) for g in jax.grad(loss, argnums=argnums)(*arrays)]
+        # Compiled, as a training step runs it: op by op, each op compiles alone.
+        return [np.asarray(g) for g in jax.jit(jax.grad(loss, argnums=argnums))(*arrays)]
     import torch
 
     tensors = [torch.tensor(a, requires_grad=True) for a in arrays]

@@ -143,12 +143,18 @@ def test_verbose_shows_the_native_log_lines_that_are_hidden_by_default(tmp_path)
 def test_a_run_shows_a_live_bar_on_a_terminal_and_one_line_per_epoch_otherwise(dataset, tmp_path):
     args = ["train", "--dataset", dataset, "--image-size", "16", "--epochs", "2",
             "--batch-size", "8", "--backend", BACKEND]
-    code, piped = keras_vit(*args, "--output-dir", str(tmp_path / "piped"))
+    # Not a terminal: the run, then `evaluate` of its model, in one interpreter.
+    (code, piped), (evaluate_code, evaluated) = keras_vit_runs(
+        [*args, "--output-dir", str(tmp_path / "piped")],
+        ["evaluate", "--model", str(tmp_path / "piped" / "model.keras"),
+         "--dataset", os.path.join(dataset, "test")])
     assert code == 0, piped
     assert native_log_lines(piped) == [], piped
     epoch_lines = re.findall(r"^4/4 - .*accuracy: [0-9.]+.*$", piped, re.MULTILINE)
     assert len(epoch_lines) == 2 and "\r" not in piped and "━" not in piped, piped
     assert "test accuracy:" in piped
+    assert evaluate_code == 0, evaluated
+    assert re.search(r"^\d+/\d+ - .*accuracy", evaluated, re.MULTILINE), evaluated
 
     code, shown = keras_vit(*args, "--output-dir", str(tmp_path / "terminal"), terminal=True)
     assert code == 0, shown
@@ -157,11 +163,6 @@ def test_a_run_shows_a_live_bar_on_a_terminal_and_one_line_per_epoch_otherwise(d
     plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
     assert re.search(r"\r\s*\d+/4 ━+", plain), shown
     assert "test accuracy:" in shown
-
-    code, evaluated = keras_vit("evaluate", "--model", str(tmp_path / "piped" / "model.keras"),
-                                "--dataset", os.path.join(dataset, "test"))
-    assert code == 0, evaluated
-    assert re.search(r"^\d+/\d+ - .*accuracy", evaluated, re.MULTILINE), evaluated
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 
+from keras_vit._compat import mirrored_strategy
 from keras_vit.distribution.layouts import BATCH_AXIS, device_mesh, layout_map
 
 KINDS = ("data", "model")
@@ -266,7 +267,7 @@ def _tensorflow_engine(devices):
     if devices is None:  # MirroredStrategy's own default is the GPUs, or CPU:0 alone
         devices = [d.name for d in tf.config.list_logical_devices("GPU")
                    or tf.config.list_logical_devices("CPU")]
-    strategy = tf.distribute.MirroredStrategy(list(devices))
+    strategy = mirrored_strategy(devices)
     return Distributed("data", strategy, strategy.num_replicas_in_sync)
 
 

@@ -110,10 +110,11 @@ def test_padded_attention_has_the_values_and_gradients_of_unpadded(implementatio
     unpadded = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
         *(t.astype("float32") for t in (q, k, v)))
     tolerance = 1e-5 if dtype == "float32" else 3e-2
-    np.testing.assert_allclose(np.asarray(padded(q, k, v), "float32"),
-                               np.asarray(unpadded(q, k, v)), atol=tolerance)
-    ours = jax.grad(loss(padded), argnums=(0, 1, 2))(q, k, v)
-    expected = jax.grad(loss(unpadded), argnums=(0, 1, 2))(q, k, v)
+    # Compiled, as a training step runs it (op by op, each op compiles alone).
+    np.testing.assert_allclose(np.asarray(jax.jit(padded)(q, k, v), "float32"),
+                               np.asarray(jax.jit(unpadded)(q, k, v)), atol=tolerance)
+    ours = jax.jit(jax.grad(loss(padded), argnums=(0, 1, 2)))(q, k, v)
+    expected = jax.jit(jax.grad(loss(unpadded), argnums=(0, 1, 2)))(q, k, v)
     for name, a, b in zip("qkv", ours, expected):
         np.testing.assert_allclose(np.asarray(a, "float32"), np.asarray(b, "float32"),
                                    atol=tolerance * 4, err_msg=name)
