@@ -89,6 +89,8 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
         finally:
             tf2onnx_logger.setLevel(level)
         written = onnx_format.load(staged, load_external_data=False)
+        if replace_erfc(written.graph):
+            onnx_format.save(written, staged)
         metadata = {
             "format": "keras_vit.onnx/1",
             "model_name": model.name,
@@ -108,6 +110,41 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
             os.replace(os.path.join(staging, name), target)
     return {"path": path, "metadata_path": metadata_path(path),
             "bytes": os.path.getsize(path), "opset": metadata["opset"]}
+
+
+def replace_erfc(graph_proto):
+    """Rewrites each `Erfc(x)` node of an ONNX graph as `1 - Erf(x)`; how many there were.
+
+    TensorFlow's exact GELU is `0.5 * x * erfc(-x / sqrt(2))`, and tf2onnx
+    writes its `Erfc` as an ONNX op of that name, which ONNX does not have:
+    ONNX Runtime refuses the whole file. `1 - erf` is the same function
+    (its absolute error, 1e-7 near erfc's zeros, is what GELU's `x *` keeps).
+
+    Example:
+    >>> from onnx import helper
+    >>> graph = helper.make_graph([helper.make_node("Erfc", ["x"], ["y"])], "g", [], [])
+    >>> replace_erfc(graph), [node.op_type for node in graph.node]
+    (1, ['Erf', 'Sub'])
+    """
+    from onnx import helper, numpy_helper
+
+    nodes = list(graph_proto.node)
+    found = [i for i, node in enumerate(nodes) if node.op_type == "Erfc" and node.domain in ("", "ai.onnx")]
+    if not found:
+        return 0
+    one = "keras_vit/one"
+    graph_proto.initializer.append(numpy_helper.from_array(np.array(1.0, "float32"), one))
+    rewritten = []
+    for i, node in enumerate(nodes):
+        if i not in found:
+            rewritten.append(node)
+            continue
+        erf = node.output[0] + "/erf"
+        rewritten += [helper.make_node("Erf", [node.input[0]], [erf], name=node.name + "/Erf"),
+                      helper.make_node("Sub", [one, erf], [node.output[0]], name=node.name)]
+    del graph_proto.node[:]
+    graph_proto.node.extend(rewritten)
+    return len(found)
 
 
 def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):

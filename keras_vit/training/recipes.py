@@ -261,6 +261,11 @@ class Recipe:
             optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
             **kwargs,
         )
+        if model.built:
+            # The optimizer's slots made now, not inside the first training
+            # step: TensorFlow traces a step that creates variables twice
+            # (seconds of Python each time a model starts training).
+            model.optimizer.build(model.trainable_variables)
         return model
 
 

@@ -76,8 +76,19 @@ def test_recipes_compile_and_train(images):
         model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
         RECIPES[name].compile(model, total_steps=4, gradient_accumulation_steps=2)
         before = model.get_layer("head").get_weights()[0].copy()
+        traces = []
+        if keras.backend.backend() == "tensorflow":
+            def counted_train_step(data, train_step=model.train_step):
+                traces.append(1)  # Python: runs once per trace of the compiled step
+                return train_step(data)
+
+            model.train_step = counted_train_step
         model.fit(images, labels, batch_size=2, epochs=2, verbose=0)
         assert int(ops.convert_to_numpy(model.optimizer.iterations)) == 2  # 4 batches, accumulated by 2
+        if keras.backend.backend() == "tensorflow":
+            # One trace: the optimizer's slots exist before the first step
+            # (made inside it, TensorFlow traces the step twice).
+            assert len(traces) == 1, (name, len(traces))
         assert not np.allclose(model.get_layer("head").get_weights()[0], before)
     assert isinstance(RECIPES["finetune"].make_optimizer(model, 10), keras.optimizers.SGD)
     # XLA on TensorFlow too (Keras leaves it off without an accelerator).
