@@ -90,13 +90,6 @@ TINY = dict(
 )
 
 
-def cache_root(tmp_path_factory):
-    """`KERAS_VIT_TEST_CACHE` (shared by `make test`'s suites), or this session's folder."""
-    root = os.environ.get("KERAS_VIT_TEST_CACHE") or str(tmp_path_factory.getbasetemp())
-    os.makedirs(root, exist_ok=True)
-    return root
-
-
 def shared_artifact(name, make, tmp_path_factory):
     """The path of a file or folder that `make(path)` writes, made once and shared.
 
@@ -108,7 +101,9 @@ def shared_artifact(name, make, tmp_path_factory):
     pytest session. `make` gets a new folder to write into; it is renamed to
     `name` only when `make` returns.
     """
-    path = os.path.join(cache_root(tmp_path_factory), name)
+    root = os.environ.get("KERAS_VIT_TEST_CACHE") or str(tmp_path_factory.getbasetemp())
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, name)
     with open(path + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.exists(path):

@@ -128,23 +128,21 @@ def replace_erfc(graph_proto):
     """
     from onnx import helper, numpy_helper
 
-    nodes = list(graph_proto.node)
-    found = [i for i, node in enumerate(nodes) if node.op_type == "Erfc" and node.domain in ("", "ai.onnx")]
-    if not found:
-        return 0
     one = "keras_vit/one"
-    graph_proto.initializer.append(numpy_helper.from_array(np.array(1.0, "float32"), one))
-    rewritten = []
-    for i, node in enumerate(nodes):
-        if i not in found:
+    rewritten, replaced = [], 0
+    for node in graph_proto.node:
+        if node.op_type != "Erfc" or node.domain not in ("", "ai.onnx"):
             rewritten.append(node)
             continue
+        replaced += 1
         erf = node.output[0] + "/erf"
         rewritten += [helper.make_node("Erf", [node.input[0]], [erf], name=node.name + "/Erf"),
                       helper.make_node("Sub", [one, erf], [node.output[0]], name=node.name)]
-    del graph_proto.node[:]
-    graph_proto.node.extend(rewritten)
-    return len(found)
+    if replaced:
+        graph_proto.initializer.append(numpy_helper.from_array(np.array(1.0, "float32"), one))
+        del graph_proto.node[:]
+        graph_proto.node.extend(rewritten)
+    return replaced
 
 
 def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):

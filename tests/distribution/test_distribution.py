@@ -85,7 +85,7 @@ print(json.dumps({{name: compare(*case) for name, case in {cases}.items()}}))
 
 @pytest.fixture(scope="module")
 def one_steps():
-    """ONE_STEP's result for a case: TINY on this backend's engines, or run-time resolution.
+    """ONE_STEP's result by case: TINY on this backend's engines, and run-time resolution.
 
     Both cases run in one fresh interpreter (the device count is fixed when a
     backend starts): on TensorFlow, four MirroredStrategy trainings of two
@@ -95,14 +95,7 @@ def one_steps():
     engines = {"jax": ("data", "model"), "tensorflow": ("data",)}[BACKEND]
     any_size = {**TINY, "input_shape": (None, None, 3), "base_image_size": 8}
     cases = {"tiny": (TINY, engines), "any_size": (any_size, ("data",))}
-    results = {}
-
-    def result(name):
-        if not results:
-            results.update(last_json_line(run_python(ONE_STEP.format(cases=cases))))
-        return results[name]
-
-    return result
+    return last_json_line(run_python(ONE_STEP.format(cases=cases)))
 
 
 def tiny_variables():
@@ -186,7 +179,7 @@ def test_each_worker_reads_its_own_shard_in_batches_of_its_share():
 @pytest.mark.skipif(BACKEND != "jax", reason="keras.distribution runs on JAX")
 @pytest.mark.slow
 def test_jax_data_and_model_parallel_steps_match_one_device(one_steps):
-    result = one_steps("tiny")
+    result = one_steps["tiny"]
     data, model = result["data"], result["model"]
     assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("DataParallel", 4)
@@ -215,7 +208,7 @@ def test_jax_data_and_model_parallel_steps_match_one_device(one_steps):
 @pytest.mark.skipif(BACKEND == "torch", reason="keras.distribution (JAX) and tf.distribute")
 @pytest.mark.slow
 def test_a_model_of_run_time_resolution_trains_data_parallel_as_on_one_device(one_steps):
-    result = one_steps("any_size")
+    result = one_steps["any_size"]
     assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
     assert result["data"]["replicas"] == 4
     # 16-pixel images on an 8-pixel table: resampled in the graph on every replica.
@@ -226,7 +219,7 @@ def test_a_model_of_run_time_resolution_trains_data_parallel_as_on_one_device(on
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="tf.distribute runs on TensorFlow")
 @pytest.mark.slow
 def test_tensorflow_mirrored_step_matches_one_device(one_steps):
-    result = one_steps("tiny")
+    result = one_steps["tiny"]
     data = result["data"]
     assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("MirroredStrategy", 4)
