@@ -36,7 +36,11 @@ def test_each_width_and_patch_size_at_one_block_has_the_counted_parameters(varia
     # (The builders pass decode_variant's architecture: the test below; and
     # tests/test_library_floor.py builds ViT-B/16 whole against the paper.)
     arch = {**decode_variant(variant), "num_layers": 1}
-    model = keras_vit.VisionTransformer(**arch)  # 224 px, 1000 classes; built, never run
+    # 224 px, 1000 classes. The count needs the variables' shapes, not their
+    # values: a stateless scope leaves them uninitialised (on JAX, each new
+    # shape's random initializer is a compilation, 2 s a model).
+    with keras.StatelessScope(initialize_variables=False):
+        model = keras_vit.VisionTransformer(**arch)
     assert model.count_params() == parameter_count(arch)
 
 
