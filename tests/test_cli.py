@@ -5,13 +5,18 @@ import pytest
 from tests.conftest import run_python
 
 
+# `make demo` runs it on Keras' default backend, whichever runs the suite (the
+# training it starts is checked on every backend in tests/training).
+@pytest.mark.backend_independent
 @pytest.mark.slow
 def test_demo_trains_on_fashion_mnist_and_predicts(tmp_path):
     out = run_python(
         "import sys; from keras_vit.cli import main; "
         f"sys.exit(main(['demo', '--limit', '2048', '--batch-size', '64', "
-        f"'--output-dir', {str(tmp_path / 'demo')!r}]))"
+        f"'--output-dir', {str(tmp_path / 'demo')!r}]))",
+        backend="tensorflow",
     )
+    assert ", backend tensorflow\n" in out
     assert "ViT-B/16 at 224 px, 1000 classes: 86,567,656 parameters" in out
     # `train` with its defaults: the main job's model, on the first 2,048 images.
     assert "data: fashion_mnist (2048 training images, 10 classes) at 28x28x1" in out
