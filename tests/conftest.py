@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import typing
 
 import keras
@@ -53,6 +54,22 @@ def pytest_collection_finish(session):
     # `clear_session()` walks only what tests made (0.2-4 s a test before).
     gc.collect()
     gc.freeze()
+    start_making_shared_artifacts(session.items)
+
+
+def start_making_shared_artifacts(items):
+    """Under `make test`, the first suite starts making the selected tests' artifacts at once.
+
+    In the background: a suite that reaches a test needing one later finds it
+    made, or waits for the rest of it, instead of stopping there for all of it.
+    """
+    if not os.environ.get("KERAS_VIT_TEST_CACHE") or BACKEND != SUITE_BACKENDS[0]:
+        return
+    modules = {str(item.path) for item in items}
+    for name, (module, make) in ARTIFACT_MAKERS.items():
+        if module in modules:
+            threading.Thread(target=shared_artifact, args=(name, make, None), daemon=True,
+                             name=f"making {name}").start()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -88,6 +105,23 @@ TINY = dict(
     input_shape=(16, 16, 3),
     classes=5,
 )
+
+
+# name -> (the file of the tests that read it, its `make`): `artifact_maker`.
+ARTIFACT_MAKERS = {}
+
+
+def artifact_maker(name, module):
+    """Registers a `make(path)` of `shared_artifact(name, ...)`, read by the tests in `module`.
+
+    `make test` then starts making it when its suites start (see
+    `start_making_shared_artifacts`), if any of those tests is selected.
+    """
+    def register(make):
+        ARTIFACT_MAKERS[name] = (os.path.abspath(module), make)
+        return make
+
+    return register
 
 
 def shared_artifact(name, make, tmp_path_factory):

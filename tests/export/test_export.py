@@ -12,7 +12,8 @@ import tensorflow as tf
 import keras_vit
 from keras_vit.data.fashion_mnist import CLASS_NAMES, load_fashion_mnist
 from keras_vit.export import tf_only
-from tests.conftest import BACKEND, TINY, randomize_weights, run_python, shared_artifact
+from tests.conftest import (BACKEND, TINY, artifact_maker, randomize_weights, run_python,
+                            shared_artifact)
 
 # Exports of a model trained on Fashion-MNIST, checked in their runtimes.
 pytestmark = pytest.mark.slow
@@ -47,6 +48,12 @@ model.save_weights({path!r})
 """
 
 
+@artifact_maker("export_small_vit", __file__)
+def train_small(out):
+    run_python(TRAIN_SMALL.format(path=os.path.join(out, "model.weights.h5")),
+               backend="tensorflow", timeout=900)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A small ViT trained for a minute: confident enough to compare top-1.
@@ -54,11 +61,7 @@ def trained(tmp_path_factory):
     Trained once on TensorFlow for every backend's suite (`shared_artifact`);
     each suite builds the model on its own backend and loads the weights.
     """
-    folder = shared_artifact(
-        "export_small_vit",
-        lambda out: run_python(TRAIN_SMALL.format(path=os.path.join(out, "model.weights.h5")),
-                               backend="tensorflow", timeout=900),
-        tmp_path_factory)
+    folder = shared_artifact("export_small_vit", train_small, tmp_path_factory)
     model = keras_vit.VisionTransformer(**SMALL, name="fashion_vit")
     model.load_weights(os.path.join(folder, "model.weights.h5"))
     return model

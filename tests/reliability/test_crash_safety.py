@@ -16,7 +16,7 @@ import pytest
 
 import keras_vit
 from keras_vit.training import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
-from tests.conftest import BACKEND, TINY
+from tests.conftest import INSTALLED_BACKENDS, TINY
 
 
 class _Killed(BaseException):
@@ -118,13 +118,17 @@ def history_epochs(out):
         return [int(row["epoch"]) for row in csv.DictReader(f)]
 
 
+# Every run is a fresh interpreter of the backend checked, whichever suite
+# starts them (this one only compares the weights they saved).
+@pytest.mark.backend_independent
 @pytest.mark.slow
-def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_path):
     """SIGKILL three times (mid-epoch, right at a checkpoint, at random); restart each time."""
     from tests.training.test_train_command import write_dataset
 
     data = write_dataset(tmp_path / "data", per_class=48)
-    env = dict(os.environ, KERAS_BACKEND=BACKEND, TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
 
     def arguments(out):
         return ["train", "--dataset", data, "--image-size", "16", "--epochs", "5",
@@ -191,8 +195,10 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(tmp_path):
     assert difference == 0.0
 
 
+@pytest.mark.backend_independent  # the benchmark measures a fresh interpreter of `backend`
 @pytest.mark.slow
-def test_repeated_predict_and_serving_calls_keep_memory_flat():
+@pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
+def test_repeated_predict_and_serving_calls_keep_memory_flat(backend):
     """`benchmarks/memory_growth.py` end to end, short (the README reports 5,000 calls)."""
     import importlib.util
 
@@ -208,9 +214,9 @@ def test_repeated_predict_and_serving_calls_keep_memory_flat():
     # measured come after a warm-up of 100 there.
     # One image a call: what leaks is per call (Keras' and the runtimes'
     # caches and pools), not per image, and the calls cost a third as much.
-    warmup = 350 if BACKEND == "torch" else 100
-    results = benchmark.measure(BACKEND, calls=warmup + 250, warmup=warmup, batch_size=1)
-    expected = {"predict", "serving signature"} if BACKEND == "tensorflow" else {"predict"}
+    warmup = 350 if backend == "torch" else 100
+    results = benchmark.measure(backend, calls=warmup + 250, warmup=warmup, batch_size=1)
+    expected = {"predict", "serving signature"} if backend == "tensorflow" else {"predict"}
     assert {r["case"] for r in results} == expected
     for result in results:
         # A leak of 100 kB a call would be 25 MB here; the allocators'

@@ -21,7 +21,7 @@ from keras_vit.weights import assign_canonical, from_checkpoint, load
 from keras_vit.weights.converters import to_canonical
 from keras_vit.weights.converters.official import to_official
 from keras_vit.weights.readers import read_tensors
-from tests.conftest import run_python, shared_artifact
+from tests.conftest import artifact_maker, run_python, shared_artifact
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None
@@ -103,6 +103,7 @@ with open(os.path.join(out, "info.json"), "w") as f:
 KINDS = ("model", "classifier", "timm_like", "dinov2", "dinov2_registers", "deit", "mae")
 
 
+@artifact_maker("huggingface_references", __file__)
 def _make_references(root):
     # Every reference in one interpreter (torch and transformers load once),
     # each from its own seed as in a process of its own.
