@@ -86,6 +86,10 @@ def _collect_each_module_whole():
 
 
 def pytest_collection_modifyitems(config, items):
+    # The tests that read a shared artifact run last, by when the first suite
+    # has made it (`start_making_shared_artifacts`); each module stays whole.
+    readers = {module for module, _ in ARTIFACT_MAKERS.values()}
+    items.sort(key=lambda item: str(item.path) in readers)
     if BACKEND == SUITE_BACKENDS[0]:
         return
     skip = pytest.mark.skip(
