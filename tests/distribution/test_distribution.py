@@ -210,6 +210,30 @@ def test_tensorflow_mirrored_step_matches_one_device():
     assert data["jit"] is False  # XLA cannot reach mirrored variables
 
 
+# Two data-parallel plans in one process, all-reducing tensors of other
+# shapes: each MirroredStrategy numbers its collectives from a base of its
+# own (plain ones share theirs and fail: "Shape mismatch in the collective
+# instance"), as two trainings of models of other sizes need.
+TWO_STRATEGIES = """
+import json, tensorflow as tf
+from keras_vit.distribution import distribute, simulate_cpu_devices
+simulate_cpu_devices(2)
+sums = []
+for size in (3, 5):
+    strategy = distribute("data").engine
+    step = tf.function(lambda: strategy.run(lambda: tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, tf.ones([size]))))
+    sums.append(float(tf.reduce_sum(strategy.experimental_local_results(step())[0])))
+print(json.dumps(sums))
+"""
+
+
+@pytest.mark.backend_independent
+@pytest.mark.slow
+def test_tensorflow_plans_of_one_process_keep_their_collectives_apart():
+    assert last_json_line(run_python(TWO_STRATEGIES, backend="tensorflow")) == [6.0, 10.0]
+
+
 def _free_ports(count):
     sockets = [socket.socket() for _ in range(count)]
     for s in sockets:
