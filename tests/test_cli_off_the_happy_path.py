@@ -174,10 +174,10 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
     # Other settings: refused in one line, before anything is loaded.
     changed = [*command[:command.index("--batch-size")], "--batch-size", "4",
                *command[command.index("--batch-size") + 2:]]
-    done = subprocess.run(changed, env=console_environment(), capture_output=True, text=True)
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
-    assert "--batch-size 4 (the run has 8)" in done.stderr
+    with pytest.raises(SystemExit) as refused:
+        main(changed[command.index("train"):])
+    message = str(refused.value.code)
+    assert message.splitlines() == [message] and "--batch-size 4 (the run has 8)" in message
 
 
 def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tmp_path, capsys):
