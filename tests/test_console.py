@@ -6,6 +6,7 @@ import pty
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -26,14 +27,16 @@ def console_environment(**extra):
     return environment
 
 
-def keras_vit(*args, environment=None, terminal=False, timeout=300):
+def keras_vit(*args, environment=None, timeout=300):
     """Runs `keras-vit ARGS` (the launcher module, as the console script does); (code, output)."""
-    command = [sys.executable, "-m", "keras_vit_launcher", *args]
-    environment = environment or console_environment()
-    if not terminal:
-        done = subprocess.run(command, env=environment, capture_output=True, text=True,
-                              timeout=timeout)
-        return done.returncode, done.stdout + done.stderr
+    done = subprocess.run([sys.executable, "-m", "keras_vit_launcher", *args],
+                          env=environment or console_environment(), capture_output=True,
+                          text=True, timeout=timeout)
+    return done.returncode, done.stdout + done.stderr
+
+
+def on_a_terminal(command, environment, timeout):
+    """Runs `command` with a pseudo-terminal for stdin, stdout and stderr; (code, output)."""
     leader, follower = pty.openpty()
     process = subprocess.Popen(command, env=environment, stdin=follower, stdout=follower,
                                stderr=follower)
@@ -62,58 +65,104 @@ def dataset(tmp_path_factory):
 
 # Runs each command line through the launcher in one fresh interpreter, as the
 # console script would, and captures what each one writes to file descriptors
-# 1 and 2 (native code's lines included) on its own. An exit with a message is
-# what Python does with it at the top level: the message on stderr, status 1.
+# 1 and 2 (native code's lines included) on its own; then the last command, if
+# any, on the interpreter's own descriptors. An exit with a message is what
+# Python does with it at the top level: the message on stderr, status 1.
 CONSOLE_RUNS = """
 import json, os, sys, tempfile
 import keras_vit_launcher
 
-def run(args):
+def launch(args):
+    try:
+        code = keras_vit_launcher.main(args)
+    except SystemExit as exit:
+        code = exit.code
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    sys.stdout.flush(); sys.stderr.flush()
+    return code or 0
+
+def captured(args):
     sys.stdout.flush(); sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 1); os.dup2(captured.fileno(), 2)
+    with tempfile.TemporaryFile() as output:
+        os.dup2(output.fileno(), 1); os.dup2(output.fileno(), 2)
         try:
-            code = keras_vit_launcher.main(args)
-        except SystemExit as exit:
-            code = exit.code
-            if code is not None and not isinstance(code, int):
-                print(code, file=sys.stderr)
-                code = 1
+            code = launch(args)
         finally:
-            sys.stdout.flush(); sys.stderr.flush()
             os.dup2(saved[0], 1); os.dup2(saved[1], 2)
-        captured.seek(0)
-        return code or 0, captured.read().decode(errors="replace")
+        output.seek(0)
+        return code, output.read().decode(errors="replace")
 
-print(json.dumps([run(args) for args in json.loads(sys.argv[1])]))
+commands, last, answers = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+runs = [captured(args) for args in commands]
+if last:
+    runs.append((launch(last), None))
+with open(answers, "w") as f:
+    json.dump(runs, f)
 """
 
 
-def keras_vit_runs(*commands, environment=None, timeout=300):
-    """`(code, output)` of each `keras-vit ARGS`, run one after another in one interpreter."""
-    done = subprocess.run(
-        [sys.executable, "-c", CONSOLE_RUNS, json.dumps([list(args) for args in commands])],
-        env=environment or console_environment(), capture_output=True, text=True,
-        timeout=timeout)
-    assert done.returncode == 0, done.stderr[-3000:]
-    # What the interpreter wrote outside the commands (at exit) counts too.
-    assert native_log_lines(done.stderr) == [], done.stderr
-    return [tuple(run) for run in json.loads(done.stdout.strip().splitlines()[-1])]
+def keras_vit_runs(*commands, on_terminal=None, environment=None, timeout=300):
+    """`(code, output)` of each `keras-vit ARGS`, run one after another in one interpreter.
+
+    `on_terminal`: the arguments of one more command, run last with the
+    interpreter's stdout and stderr on a terminal; its output is what the
+    terminal showed.
+    """
+    environment = environment or console_environment()
+    with tempfile.TemporaryDirectory() as directory:
+        answers = os.path.join(directory, "runs.json")
+        command = [sys.executable, "-c", CONSOLE_RUNS, json.dumps([list(a) for a in commands]),
+                   json.dumps(on_terminal and list(on_terminal)), answers]
+        if on_terminal:
+            code, outside = on_a_terminal(command, environment, timeout)
+        else:
+            done = subprocess.run(command, env=environment, capture_output=True, text=True,
+                                  timeout=timeout)
+            code, outside = done.returncode, done.stdout + done.stderr
+        assert code == 0, outside[-3000:]
+        # What the interpreter wrote outside the captured commands (at exit) counts too.
+        assert native_log_lines(outside) == [], outside
+        with open(answers) as f:
+            runs = [tuple(run) for run in json.load(f)]
+    if on_terminal:
+        runs[-1] = (runs[-1][0], outside)
+    return runs
+
+
+# The console checks that need a fresh interpreter on each backend share one,
+# on a terminal: the help, version and error lines, a run and `evaluate` of its
+# model with their output piped (to files), then a run on the terminal.
+@pytest.fixture(scope="module")
+def console(dataset, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("console")
+    train = ["train", "--dataset", dataset, "--image-size", "16", "--epochs", "2",
+             "--batch-size", "8", "--backend", BACKEND]
+    commands = {
+        "--help": ["--help"],
+        "train --help": ["train", "--help"],
+        "--version": ["--version"],
+        "predict": ["predict", str(folder / "missing.png")],
+        "piped run": [*train, "--output-dir", str(folder / "piped")],
+        "evaluate": ["evaluate", "--model", str(folder / "piped" / "model.keras"),
+                     "--dataset", os.path.join(dataset, "test")],
+    }
+    runs = keras_vit_runs(*commands.values(),
+                          on_terminal=[*train, "--output-dir", str(folder / "terminal")])
+    return {"missing": str(folder / "missing.png"),
+            **dict(zip([*commands, "terminal run"], runs))}
 
 
 @pytest.mark.slow
-def test_help_version_and_errors_print_only_the_commands_own_lines(tmp_path):
-    commands = (["--help"], ["train", "--help"], ["--version"],
-                ["predict", str(tmp_path / "missing.png")])
-    runs = {}
-    for args, (code, output) in zip(commands, keras_vit_runs(*commands)):
-        runs[args[0]] = code, output
-        assert native_log_lines(output) == [], (args, output)
-    assert re.fullmatch(r"keras-vit \d+\.\d+\.\d+\S*\n", runs["--version"][1])
-    code, output = runs["predict"]
+def test_help_version_and_errors_print_only_the_commands_own_lines(console):
+    for name in ("--help", "train --help", "--version", "predict"):
+        assert native_log_lines(console[name][1]) == [], (name, console[name])
+    assert re.fullmatch(r"keras-vit \d+\.\d+\.\d+\S*\n", console["--version"][1])
+    code, output = console["predict"]
     assert code == 1 and output.strip() == (
-        f"keras-vit predict: no such image file(s): [{str(tmp_path / 'missing.png')!r}]")
+        f"keras-vit predict: no such image file(s): [{console['missing']!r}]")
 
 
 @pytest.mark.backend_independent
@@ -140,23 +189,19 @@ def test_verbose_shows_the_native_log_lines_that_are_hidden_by_default(tmp_path)
 
 
 @pytest.mark.slow
-def test_a_run_shows_a_live_bar_on_a_terminal_and_one_line_per_epoch_otherwise(dataset, tmp_path):
-    args = ["train", "--dataset", dataset, "--image-size", "16", "--epochs", "2",
-            "--batch-size", "8", "--backend", BACKEND]
-    # Not a terminal: the run, then `evaluate` of its model, in one interpreter.
-    (code, piped), (evaluate_code, evaluated) = keras_vit_runs(
-        [*args, "--output-dir", str(tmp_path / "piped")],
-        ["evaluate", "--model", str(tmp_path / "piped" / "model.keras"),
-         "--dataset", os.path.join(dataset, "test")])
+def test_a_run_shows_a_live_bar_on_a_terminal_and_one_line_per_epoch_otherwise(console):
+    # Not a terminal: the run, then `evaluate` of its model.
+    code, piped = console["piped run"]
     assert code == 0, piped
     assert native_log_lines(piped) == [], piped
     epoch_lines = re.findall(r"^4/4 - .*accuracy: [0-9.]+.*$", piped, re.MULTILINE)
     assert len(epoch_lines) == 2 and "\r" not in piped and "━" not in piped, piped
     assert "test accuracy:" in piped
+    evaluate_code, evaluated = console["evaluate"]
     assert evaluate_code == 0, evaluated
     assert re.search(r"^\d+/\d+ - .*accuracy", evaluated, re.MULTILINE), evaluated
 
-    code, shown = keras_vit(*args, "--output-dir", str(tmp_path / "terminal"), terminal=True)
+    code, shown = console["terminal run"]
     assert code == 0, shown
     assert native_log_lines(shown) == [], shown
     # Keras' progress bar, redrawn in place within each epoch.
