@@ -23,32 +23,41 @@ demo: setup
 # Runs the whole suite once per backend, the backends side by side (much of
 # a test's time is single-threaded: start-up, Python, small models, so two
 # cores serve three suites in about half the time of one after another;
-# PARALLEL=0 runs them in turn, with live output), prints each backend's
-# log, then fails if any backend failed. Side by side, each suite's torch /
-# OpenMP threads are one (more only spin against the other suites).
+# PARALLEL=0 runs them in turn, with live output), prints each suite's log,
+# then fails if any failed. Side by side, each suite's torch / OpenMP threads
+# are one (more only spin against the other suites). The backends in SPLIT
+# run their suite as two processes, whole test modules dealt between them
+# (JAX's is the longest: alone at the end, it would leave a core idle).
 # The suites share `.test-cache/` (emptied first): what takes long to make and
 # is the same for every backend is made once (tests/conftest.py,
 # `shared_artifact`). Tests marked backend_independent run in the first
 # backend's suite only.
+SPLIT ?= jax
 test: setup
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
 	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
-	start=$$(date +%s); \
+	start=$$(date +%s); suites=""; \
 	for backend in $(BACKENDS); do \
-	  if [ "$(PARALLEL)" = 0 ]; then \
-	    echo "=== pytest with KERAS_BACKEND=$$backend"; \
-	    KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS); echo $$? > .test-logs/$$backend.rc; \
-	  else \
-	    ( OMP_NUM_THREADS=1 KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS) > .test-logs/$$backend.log 2>&1; \
-	      echo $$? > .test-logs/$$backend.rc; \
-	      echo "=== $$backend finished: exit $$(cat .test-logs/$$backend.rc) after $$(( $$(date +%s) - start )) s" ) & \
-	  fi; \
+	  parts=1; case " $(SPLIT) " in *" $$backend "*) parts=2;; esac; \
+	  for part in $$(seq $$parts); do \
+	    suite=$$backend; [ $$parts = 1 ] || suite=$$backend-$$part; suites="$$suites $$suite"; \
+	    if [ "$(PARALLEL)" = 0 ]; then \
+	      echo "=== pytest with KERAS_BACKEND=$$backend (part $$part of $$parts)"; \
+	      KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS); \
+	      echo $$? > .test-logs/$$suite.rc; \
+	    else \
+	      ( OMP_NUM_THREADS=1 KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend \
+	          $(BIN)/python -m pytest $(PYTEST_ARGS) > .test-logs/$$suite.log 2>&1; \
+	        echo $$? > .test-logs/$$suite.rc; \
+	        echo "=== $$suite finished: exit $$(cat .test-logs/$$suite.rc) after $$(( $$(date +%s) - start )) s" ) & \
+	    fi; \
+	  done; \
 	done; \
 	wait; \
 	failed=""; \
-	for backend in $(BACKENDS); do \
-	  if [ "$(PARALLEL)" != 0 ]; then echo "=== pytest with KERAS_BACKEND=$$backend"; cat .test-logs/$$backend.log; fi; \
-	  [ "$$(cat .test-logs/$$backend.rc)" = 0 ] || failed="$$failed $$backend"; \
+	for suite in $$suites; do \
+	  if [ "$(PARALLEL)" != 0 ]; then echo "=== pytest: $$suite"; cat .test-logs/$$suite.log; fi; \
+	  [ "$$(cat .test-logs/$$suite.rc)" = 0 ] || failed="$$failed $$suite"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED on:$$failed"; exit 1; fi; \
 	echo "all backends passed: $(BACKENDS) in $$(( $$(date +%s) - start )) s"

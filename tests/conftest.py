@@ -11,6 +11,7 @@ Markers (`pytest -m`):
 """
 
 import atexit
+import collections
 import contextlib
 import fcntl
 import gc
@@ -109,7 +110,44 @@ def _collect_each_module_whole():
     gc.freeze()
 
 
+# `make test` may run a backend's suite as several processes: this one runs
+# part `i` of `n` (`KERAS_VIT_SUITE_PART=i/n`), whole modules dealt by weight.
+SUITE_PART = os.environ.get("KERAS_VIT_SUITE_PART")
+
+
+def modules_of_part(items, part, parts):
+    """The test modules of part `part` (1-based) of `parts`: modules dealt heaviest first.
+
+    A module goes to the lightest part so far; a slow test weighs 10, any
+    other 1, and a test that this suite skips as backend-independent nothing.
+    """
+    weights = collections.Counter()
+    for item in items:
+        skipped = (BACKEND != SUITE_BACKENDS[0]
+                   and item.get_closest_marker("backend_independent"))
+        weights[str(item.path)] += 0 if skipped else 10 if item.get_closest_marker("slow") else 1
+    loads = [0] * parts
+    chosen = set()
+    for module in sorted(weights, key=lambda module: (-weights[module], module)):
+        lightest = loads.index(min(loads))
+        loads[lightest] += weights[module]
+        if lightest == part - 1:
+            chosen.add(module)
+    return chosen
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # A part that a narrowed run (`-k`, a file) left without tests has passed.
+    if SUITE_PART and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
+
+
 def pytest_collection_modifyitems(config, items):
+    if SUITE_PART:
+        part, parts = (int(n) for n in SUITE_PART.split("/"))
+        chosen = modules_of_part(items, part, parts)
+        config.hook.pytest_deselected(items=[i for i in items if str(i.path) not in chosen])
+        items[:] = [item for item in items if str(item.path) in chosen]
     # The tests that read a shared artifact run last, by when the first suite
     # has made it (`start_making_shared_artifacts`); each module stays whole.
     readers = {module for module, _ in ARTIFACT_MAKERS.values()}
