@@ -26,15 +26,14 @@ demo: setup
 # PARALLEL=0 runs them in turn, with live output), prints each suite's log,
 # then fails if any failed. Side by side, each suite's torch / OpenMP threads
 # are one (more only spin against the other suites). The backends in SPLIT
-# run their suite as two processes, whole test modules dealt between them:
-# a suite left alone at the end would leave a core idle (much of each one's
-# work is single-threaded, and torch's runs the backend-independent checks,
-# whose fresh interpreters come one after another).
+# run their suite as two processes, whole test modules dealt between them
+# (JAX's is the longest: alone at the end, it would leave a core idle; more
+# processes than four made the whole slower).
 # The suites share `.test-cache/` (emptied first): what takes long to make and
 # is the same for every backend is made once (tests/conftest.py,
 # `shared_artifact`). Tests marked backend_independent run in the first
 # backend's suite only.
-SPLIT ?= jax torch tensorflow
+SPLIT ?= jax
 test: setup
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
 	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
