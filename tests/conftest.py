@@ -123,9 +123,8 @@ def modules_of_part(items, part, parts):
     """
     weights = collections.Counter()
     for item in items:
-        skipped = (BACKEND != SUITE_BACKENDS[0]
-                   and item.get_closest_marker("backend_independent"))
-        weights[str(item.path)] += 0 if skipped else 10 if item.get_closest_marker("slow") else 1
+        weights[str(item.path)] += (0 if runs_in_another_suite(item)
+                                    else 10 if item.get_closest_marker("slow") else 1)
     loads = [0] * parts
     chosen = set()
     for module in sorted(weights, key=lambda module: (-weights[module], module)):
@@ -152,13 +151,16 @@ def pytest_collection_modifyitems(config, items):
     # has made it (`start_making_shared_artifacts`); each module stays whole.
     readers = {module for module, _ in ARTIFACT_MAKERS.values()}
     items.sort(key=lambda item: str(item.path) in readers)
-    if BACKEND == SUITE_BACKENDS[0]:
-        return
     skip = pytest.mark.skip(
         reason=f"backend-independent: run under KERAS_BACKEND={SUITE_BACKENDS[0]}")
     for item in items:
-        if item.get_closest_marker("backend_independent"):
+        if runs_in_another_suite(item):
             item.add_marker(skip)
+
+
+def runs_in_another_suite(item):
+    """Whether `item` is backend-independent and this is not the first backend's suite."""
+    return BACKEND != SUITE_BACKENDS[0] and bool(item.get_closest_marker("backend_independent"))
 
 
 # A ViT small enough to build and run in milliseconds.

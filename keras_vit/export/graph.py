@@ -59,6 +59,13 @@ def input_spec(model, batch_size=None, image_size=None, any_size=False):
     return (batch_size, *shape), "float32"
 
 
+def process_umask():
+    """The process's umask (reading it means setting it: set back at once)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def apply_umask(path):
     """Gives `path` the permissions a plain `open`/`mkdir` would under the process's umask.
 
@@ -67,9 +74,7 @@ def apply_umask(path):
     them, and a server running as another user (TF Serving's container)
     could not read it.
     """
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~process_umask())
     return path
 
 
@@ -227,10 +232,8 @@ class TensorFlowWorker:
 
     def run(self, model_path, command, arguments):
         """`keras_vit.export.<command>(the model at model_path, **arguments)` in the child."""
-        umask = os.umask(0)
-        os.umask(umask)
         request = {"model": model_path, "command": command, "arguments": arguments,
-                   "cwd": os.getcwd(), "umask": umask}
+                   "cwd": os.getcwd(), "umask": process_umask()}
         with self._lock:
             start = self.log.seek(0, os.SEEK_END)
             try:
