@@ -43,25 +43,40 @@ SUITE_BACKENDS = tuple(os.environ.get("KERAS_VIT_SUITE_BACKENDS", BACKEND).split
 
 
 def keep_jax_compilations_for_the_session():
-    """JAX's persistent compilation cache, in a folder of this process only.
+    """JAX's persistent compilation cache, in a folder of this process and its children.
 
     Most tests build a model of a size other tests built before it, and each
     new model's functions are compiled again, to the same executables: read
     back from the cache instead, the JAX suite spends a sixth less CPU. The
-    folder is this process's (children compile their own): a cache shared
-    between processes can be read while another process writes it.
+    fresh interpreters the tests start under JAX (any suite's) inherit the
+    folder through the environment, so a child reads what its suite or an
+    earlier child compiled. The suites' folders are apart: a cache shared
+    between processes that run at once can be read while another writes it
+    (JAX's writes are not atomic; a child killed in one leaves a truncated
+    entry, so tests that kill JAX processes give them a folder of their own:
+    `own_jax_compilations`).
     """
-    import jax
-
     folder = tempfile.mkdtemp(prefix="keras_vit_jax_compilations_")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    os.environ.update(own_jax_compilations(folder))
+    if BACKEND == "jax":
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-if BACKEND == "jax":
-    keep_jax_compilations_for_the_session()
+def own_jax_compilations(folder):
+    """The environment that gives a JAX process `folder` as its compilation cache."""
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(folder),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+
+
+keep_jax_compilations_for_the_session()
 
 
 def pytest_configure(config):

@@ -22,7 +22,7 @@ from keras_vit.cli import main
 from keras_vit.cli.common import cli_message
 from keras_vit.training.backup import latest_checkpoint
 from keras_vit.training.run import Run, read_run, record_run
-from tests.conftest import BACKEND, TINY
+from tests.conftest import BACKEND, TINY, own_jax_compilations
 from tests.test_console import console_environment
 from tests.training.test_train_command import write_dataset
 
@@ -152,8 +152,10 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
                "--output-dir", str(out)]
     # As from a terminal: SIGINT at its default (`make test` runs the suites in the
     # background, whose children start with SIGINT ignored, and Python then never
-    # raises KeyboardInterrupt).
-    process = subprocess.Popen(command, env=console_environment(), stdout=subprocess.PIPE,
+    # raises KeyboardInterrupt). A signalled JAX process may leave a cache entry
+    # half-written: its own compilation cache.
+    environment = console_environment(**own_jax_compilations(tmp_path / "jax_compilations"))
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 600  # a loaded CI machine: epochs can take a while

@@ -18,7 +18,7 @@ import pytest
 
 import keras_vit
 from keras_vit.distribution import Distributed, SHARDED_LAYOUTS, device_mesh, distribute, layout_map
-from tests.conftest import BACKEND, TINY, last_json_line, run_python
+from tests.conftest import BACKEND, TINY, last_json_line, own_jax_compilations, run_python
 
 # One fit step on 16 images, on one device and on each given engine, both
 # from the same seed and data through `Distributed.dataset`. The model is of
@@ -268,8 +268,10 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(backend, tmp_pa
     addresses = [f"localhost:{port}" for port in _free_ports(2)]
     workers = []
     for index in range(2):
+        # Workers compile at the same time: a compilation cache each.
         env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                   **worker_environment(backend, addresses, index))
+                   **worker_environment(backend, addresses, index),
+                   **own_jax_compilations(tmp_path / f"jax_compilations_{index}"))
         workers.append(subprocess.Popen(
             [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", data,
              "--image-size", "16", "--epochs", "2", "--batch-size", "16",
