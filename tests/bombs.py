@@ -41,3 +41,10 @@ def jpeg_bomb(small_jpeg, width, height):
             return bytes(data)
         index += 2 + length
     raise ValueError("no start-of-frame marker")
+
+
+def webp_bomb(width, height):
+    """An extended WebP (VP8X) whose canvas is `width` x `height` (up to 2^24 each), 30 bytes."""
+    canvas = (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    chunk = b"VP8X" + struct.pack("<I", 10) + b"\0\0\0\0" + canvas
+    return b"RIFF" + struct.pack("<I", 4 + len(chunk)) + b"WEBP" + chunk

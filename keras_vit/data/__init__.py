@@ -4,6 +4,7 @@ from keras_vit.data import augmentation
 from keras_vit.data.fashion_mnist import CLASS_NAMES, load_fashion_mnist, read_idx
 from keras_vit.data.pipelines import (
     Dataset,
+    decode_upright,
     fashion_mnist,
     from_arrays,
     folder_layout,

@@ -1,6 +1,6 @@
 """Limits on untrusted encoded images, checked from their headers before decoding.
 
-A PNG, GIF or JPEG of a few kilobytes can declare 50,000 x 50,000 pixels: the
+A PNG, GIF, JPEG or WebP of a few kilobytes can declare 50,000 x 50,000 pixels: the
 decoder allocates the whole image (and the pipeline a float32 copy of it)
 before it finds out what the data holds. Every place that decodes bytes it
 did not make (the `serving_bytes` signature, image folders, `keras-vit
@@ -75,6 +75,23 @@ def _jpeg_size(stream):
         stream.seek(length - 2, os.SEEK_CUR)
 
 
+def _webp_size(head):
+    """(height, width) from the first chunk of a WebP (lossy, lossless or extended)."""
+    if len(head) < 30:
+        raise ValueError("a truncated WebP header")
+    chunk = head[12:16]
+    if chunk == b"VP8 ":
+        width, height = struct.unpack("<HH", head[26:30])
+        return height & 0x3FFF, width & 0x3FFF
+    if chunk == b"VP8L":
+        (bits,) = struct.unpack("<I", head[21:25])
+        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        width = int.from_bytes(head[24:27], "little") + 1
+        return int.from_bytes(head[27:30], "little") + 1, width
+    raise ValueError(f"a WebP without an image chunk (its first chunk is {chunk!r})")
+
+
 def header_size(stream):
     """`(format, height, width)` read from the header of an encoded image.
 
@@ -83,11 +100,12 @@ def header_size(stream):
             bytes.
 
     Returns:
-        `("png" | "gif" | "bmp" | "jpeg", height, width)`, the size the
-        decoder would allocate (for a GIF, its logical screen).
+        `("png" | "gif" | "bmp" | "jpeg" | "webp", height, width)`, the
+        size the decoder would allocate (for a GIF, its logical screen; for
+        an extended WebP, its canvas).
 
     Raises:
-        ValueError: not a JPEG/PNG/GIF/BMP header, or a truncated one.
+        ValueError: not a JPEG/PNG/GIF/BMP/WebP header, or a truncated one.
 
     Example:
 
@@ -98,7 +116,7 @@ def header_size(stream):
     if isinstance(stream, (bytes, bytearray, memoryview)):
         stream = io.BytesIO(bytes(stream))
     stream.seek(0)
-    head = stream.read(26)
+    head = stream.read(30)
     if head.startswith(_PNG):
         if len(head) < 24 or head[12:16] != b"IHDR":
             raise ValueError("a truncated PNG header")
@@ -117,7 +135,9 @@ def header_size(stream):
     if head.startswith(b"\xff\xd8\xff"):
         height, width = _jpeg_size(stream)
         return "jpeg", height, width
-    raise ValueError("not a JPEG/PNG/GIF/BMP image (its first bytes are none of theirs)")
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return ("webp", *_webp_size(head))
+    raise ValueError("not a JPEG/PNG/GIF/BMP/WebP image (its first bytes are none of theirs)")
 
 
 def check_file(path, max_pixels=None, max_bytes=None):
@@ -128,7 +148,7 @@ def check_file(path, max_pixels=None, max_bytes=None):
 
     Raises:
         ImageTooLarge: the file or the image it declares is above a limit.
-        ValueError: not a readable JPEG/PNG/GIF/BMP header.
+        ValueError: not a readable JPEG/PNG/GIF/BMP/WebP header.
     """
     max_pixels, max_bytes = resolve_limits(max_pixels, max_bytes)
     size = os.path.getsize(path)
@@ -165,9 +185,9 @@ def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
 
     max_pixels, max_bytes = resolve_limits(max_pixels, max_bytes)
     length = tf.strings.length(encoded, unit="BYTE")
-    # The first 26 bytes, zero-padded so short inputs read as no format at all.
-    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, 26), b"\0" * 26]),
-                             0, 26)
+    # The first 30 bytes, zero-padded so short inputs read as no format at all.
+    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, 30), b"\0" * 30]),
+                             0, 30)
     raw = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
 
     def big_endian(start, count):
@@ -176,8 +196,9 @@ def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
     def little_endian(start, count):
         return sum(raw[start + i] * (256**i) for i in range(count))
 
-    def starts_with(prefix):
-        return tf.reduce_all(tf.equal(raw[: len(prefix)], tf.constant(list(prefix), tf.int64)))
+    def starts_with(prefix, at=0):
+        return tf.reduce_all(tf.equal(raw[at:at + len(prefix)],
+                                      tf.constant(list(prefix), tf.int64)))
 
     def signed32(value):
         return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
@@ -186,16 +207,29 @@ def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
     is_gif = tf.logical_or(starts_with(b"GIF87a"), starts_with(b"GIF89a"))
     is_bmp = starts_with(b"BM")
     is_jpeg = starts_with(b"\xff\xd8\xff")
+    is_webp = tf.logical_and(starts_with(b"RIFF"), starts_with(b"WEBP", 8))
 
     def jpeg_pixels():
         shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
         return shape[0] * shape[1]
+
+    def webp_pixels():  # as `_webp_size`
+        lossless = little_endian(21, 4)
+        return tf.case([
+            (starts_with(b"VP8 ", 12),
+             lambda: (little_endian(26, 2) % 2**14) * (little_endian(28, 2) % 2**14)),
+            (starts_with(b"VP8L", 12),
+             lambda: (lossless % 2**14 + 1) * (lossless // 2**14 % 2**14 + 1)),
+            (starts_with(b"VP8X", 12),
+             lambda: (little_endian(24, 3) + 1) * (little_endian(27, 3) + 1)),
+        ], default=lambda: tf.constant(0, tf.int64), exclusive=False)
 
     pixels = tf.case([
         (is_png, lambda: big_endian(16, 4) * big_endian(20, 4)),
         (is_gif, lambda: little_endian(6, 2) * little_endian(8, 2)),
         (is_bmp, lambda: signed32(little_endian(18, 4)) * signed32(little_endian(22, 4))),
         (is_jpeg, jpeg_pixels),
+        (is_webp, webp_pixels),
     ], default=lambda: tf.constant(0, tf.int64), exclusive=False)
     return tf.group(
         tf.debugging.assert_less_equal(

@@ -14,9 +14,9 @@ import os
 
 import numpy as np
 
-from keras_vit.data import image_limits
+from keras_vit.data import image_limits, orientation
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 logger = logging.getLogger("keras_vit")
 
@@ -140,12 +140,33 @@ def to_channels(images, channels):
     return tf.cond(tf.shape(images)[-1] < 3, as_grey, as_colour)
 
 
+def decode_upright(encoded, max_pixels=None, max_bytes=None):
+    """Encoded image bytes decoded the right way up, their size checked before decoding.
+
+    Refuses bytes above the limits from their header
+    (`image_limits.assert_within_limits`), decodes JPEG/PNG/GIF/BMP/WebP (a GIF's
+    first frame) and turns a photo as its EXIF orientation says
+    (`orientation.upright`). Every place that decodes encoded images (image
+    folders, `decode_for_eval`: `keras-vit predict`, `inspect` and the
+    `serving_bytes` signature) goes through it.
+
+    Returns:
+        A `(height, width, channels)` uint8 tensor in the file's own channels.
+    """
+    import tensorflow as tf
+
+    with tf.control_dependencies([image_limits.assert_within_limits(encoded, max_pixels,
+                                                                    max_bytes)]):
+        image = tf.io.decode_image(encoded, expand_animations=False)
+    return orientation.upright(image, orientation.exif_orientation(encoded))
+
+
 def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixels=None,
                     max_bytes=None):
     """Encoded image bytes as the evaluation pipeline's view of them.
 
-    Decodes JPEG/PNG/GIF/BMP bytes (the first frame of a GIF), converts the
-    channels, then resizes and centre-crops exactly as the evaluation
+    Decodes JPEG/PNG/GIF/BMP/WebP bytes (`decode_upright`: the first frame of a
+    GIF, a photo turned by its EXIF orientation), converts the channels, then resizes and centre-crops exactly as the evaluation
     batches of `from_folder` do: float32 `(height, width, channels)` in
     `[0, 255]`. Undecodable bytes, and bytes whose header declares more
     than `max_pixels` pixels (or that are longer than `max_bytes`; defaults
@@ -164,10 +185,8 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixe
     import tensorflow as tf
 
     image_size = _check_size(image_size)
-    with tf.control_dependencies([image_limits.assert_within_limits(encoded, max_pixels,
-                                                                    max_bytes)]):
-        image = tf.io.decode_image(encoded, expand_animations=False)
-    image = to_channels(tf.cast(image, tf.float32), channels)
+    image = to_channels(tf.cast(decode_upright(encoded, max_pixels, max_bytes), tf.float32),
+                        channels)
     image = center_crop(image, image_size, crop_fraction)
     image.set_shape((*image_size, channels))
     return image
@@ -414,7 +433,7 @@ def _skip_reason(path, max_pixels, max_bytes):
     except image_limits.ImageTooLarge:
         return "image(s) above the size limits"
     except (OSError, ValueError):
-        return "file(s) that are not JPEG/PNG/GIF/BMP images"
+        return "file(s) that are not JPEG/PNG/GIF/BMP/WebP images"
     return None
 
 
@@ -425,7 +444,7 @@ def _describe_skipped(skipped):
 def list_image_folder(directory, max_pixels=None, max_bytes=None):
     """`(paths, labels, class_names, skipped)` of a one-folder-per-class tree.
 
-    Files that are not JPEG/PNG/GIF/BMP images (by their first bytes, not
+    Files that are not JPEG/PNG/GIF/BMP/WebP images (by their first bytes, not
     their names), and images whose header declares more than `max_pixels`
     pixels or whose file has more than `max_bytes` bytes
     (`keras_vit.data.image_limits`), are skipped and counted in `skipped`
@@ -539,11 +558,8 @@ def from_folder(directory, max_pixels=None, max_bytes=None, validation_split=Non
     def decode(path, label):
         # Native channels first, then the model's: a grey file stays exact
         # for a grey model (a round trip through RGB would scale it by 0.9999).
-        encoded = tf.io.read_file(path)
-        # Checked again here: a file may have changed since it was listed.
-        with tf.control_dependencies([image_limits.assert_within_limits(encoded, max_pixels,
-                                                                        max_bytes)]):
-            image = tf.io.decode_image(encoded, expand_animations=False)
+        # Its limits are checked again: a file may have changed since it was listed.
+        image = decode_upright(tf.io.read_file(path), max_pixels, max_bytes)
         image = to_channels(tf.cast(image, tf.float32), channels)
         image.set_shape((None, None, channels))
         return image, label

@@ -70,7 +70,7 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
         + ("; any height and width that are multiples of the patch size (one size "
            "per request); image_size is the size serving_bytes resizes to"
            if any_size else ""),
-        "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP bytes; "
+        "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP/WebP bytes; "
         "decoded, resized (bilinear) and centre-cropped in the graph; images whose "
         "header declares more than max_image_pixels pixels, or longer than "
         "max_image_bytes bytes, are refused before decoding",

@@ -118,6 +118,30 @@ def test_image_folder_skips_bad_files_with_a_count(tmp_path, caplog):
     fit_a_few_steps(ds, 16)
 
 
+@pytest.mark.backend_independent  # tf.data alone
+def test_webp_images_are_read_like_the_others(tmp_path):
+    import io
+
+    from PIL import Image
+
+    from keras_vit.cli.common import read_images
+
+    pixels = np.random.default_rng(0).integers(0, 256, (12, 12, 3)).astype("uint8")
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "WEBP", lossless=True)
+    for kind, data in (("png", tf.io.encode_png(pixels).numpy()), ("webp", out.getvalue())):
+        os.makedirs(tmp_path / kind / "class")
+        (tmp_path / kind / "class" / f"a.{kind}").write_bytes(data)
+    png, webp = (next(iter(vit_data.from_folder(str(tmp_path / kind), image_size=8,
+                                                batch_size=1).data))[0].numpy()
+                 for kind in ("png", "webp"))
+    np.testing.assert_array_equal(webp, png)  # lossless: the same pixels
+    # `keras-vit predict` and `inspect` read it too.
+    paths, images = read_images("predict", [str(tmp_path / "webp" / "class" / "a.webp")], 8, 8, 3)
+    assert len(paths) == 1
+    np.testing.assert_array_equal(images[0], png[0])
+
+
 @pytest.mark.parametrize(
     "call, message",
     [

@@ -1,5 +1,6 @@
 """Images that declare more pixels than the limits are refused from their headers, never decoded."""
 
+import io
 import json
 import os
 import resource
@@ -13,7 +14,9 @@ import tensorflow as tf
 import keras_vit
 from keras_vit.data import image_limits
 from keras_vit.data import pipelines as vit_pipelines
-from tests.bombs import gif_bomb, jpeg_bomb, png_bomb
+from PIL import Image
+
+from tests.bombs import gif_bomb, jpeg_bomb, png_bomb, webp_bomb
 from tests.conftest import BACKEND, TINY
 from tests.test_console import console_environment
 
@@ -26,6 +29,13 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def webp(pixels, **options):
+    """WebP bytes from PIL (libwebp): lossy, or `lossless=True`."""
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "WEBP", **options)
+    return out.getvalue()
+
+
 def small_images():
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, (13, 21, 3)).astype("uint8")
@@ -34,17 +44,24 @@ def small_images():
         "jpeg": tf.io.encode_jpeg(pixels).numpy(),
         "gif": gif_bomb(21, 13),
         "bmp": b"BM" + bytes(16) + (21).to_bytes(4, "little") + (-13).to_bytes(4, "little", signed=True),
+        "webp": webp(pixels),
+        "webp lossless": webp(pixels, lossless=True),
+        "webp extended": webp(np.dstack([pixels, pixels[..., :1]]), exact=True),  # with alpha: VP8X
     }
 
 
 @pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_header_sizes_are_read_without_decoding():
-    for kind, data in small_images().items():
-        assert image_limits.header_size(data) == (kind, 13, 21), kind
+    images = small_images()
+    assert [images[k][12:16] for k in ("webp", "webp lossless", "webp extended")] == [
+        b"VP8 ", b"VP8L", b"VP8X"]  # each kind of WebP header
+    for kind, data in images.items():
+        assert image_limits.header_size(data) == (kind.split()[0], 13, 21), kind
+    assert image_limits.header_size(webp_bomb(40000, 30000)) == ("webp", 30000, 40000)
     jpeg = small_images()["jpeg"]
     assert image_limits.header_size(jpeg_bomb(jpeg, 40000, 30000)) == ("jpeg", 30000, 40000)
     assert image_limits.header_size(PNG_BOMB) == ("png", 23000, 23000)
-    for data, cause in ((b"hello", "not a JPEG/PNG/GIF/BMP"), (PNG_BOMB[:20], "truncated PNG"),
+    for data, cause in ((b"hello", "not a JPEG/PNG/GIF/BMP/WebP"), (PNG_BOMB[:20], "truncated PNG"),
                         (jpeg[:20], "truncated JPEG")):
         with pytest.raises(ValueError, match=cause):
             image_limits.header_size(data)
@@ -53,13 +70,18 @@ def test_header_sizes_are_read_without_decoding():
 @pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
     jpeg = small_images()["jpeg"]
-    for bomb in (PNG_BOMB, gif_bomb(30000, 30000), jpeg_bomb(jpeg, 30000, 30000)):
+    for bomb in (PNG_BOMB, gif_bomb(30000, 30000), jpeg_bomb(jpeg, 30000, 30000),
+                 webp_bomb(30000, 30000)):
         before = peak_rss_mb()
         with pytest.raises(tf.errors.InvalidArgumentError, match="refused before decoding"):
             vit_pipelines.decode_for_eval(tf.constant(bomb), (16, 16), 3)
         assert peak_rss_mb() - before < 200
     for data in small_images().values():
         image_limits.assert_within_limits(tf.constant(data))  # no error
+        # Exactly at the limit passes, one pixel below it is refused: the sizes are read right.
+        image_limits.assert_within_limits(tf.constant(data), max_pixels=273)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="272"):
+            image_limits.assert_within_limits(tf.constant(data), max_pixels=272)
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_bytes"):
         image_limits.assert_within_limits(tf.constant(small_images()["png"]), max_bytes=100)
     # The limit is the caller's to raise: 13 x 21 = 273 pixels.
@@ -93,7 +115,7 @@ def test_an_image_folder_skips_a_bomb_with_one_warning(tmp_path, caplog):
     assert len(images) == 6 and dataset.size == 6
     warnings = [r.getMessage() for r in caplog.records if r.name == "keras_vit"]
     assert len(warnings) == 1, warnings
-    assert "1 file(s) that are not JPEG/PNG/GIF/BMP images" in warnings[0]
+    assert "1 file(s) that are not JPEG/PNG/GIF/BMP/WebP images" in warnings[0]
     assert "1 image(s) above the size limits" in warnings[0]
     assert peak_rss_mb() - before < 200
 
@@ -142,4 +164,4 @@ def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
     assert "bomb.png: the PNG declares 23,000 x 23,000 = 529,000,000 pixels, above the " \
            "limit of 64,000,000" in errors[1]
     assert "truncated.png: could not be decoded (Invalid PNG data, size 60); a truncated" in errors[2]
-    assert "text.png: not a JPEG/PNG/GIF/BMP image" in errors[3]
+    assert "text.png: not a JPEG/PNG/GIF/BMP/WebP image" in errors[3]
