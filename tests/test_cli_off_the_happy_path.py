@@ -1,6 +1,7 @@
 """`keras-vit` one step off the happy path: layouts checked first, runs that remember
 themselves, interruptions, and messages that name the real cause."""
 
+import fcntl
 import json
 import os
 import re
@@ -58,6 +59,15 @@ def test_a_folder_without_test_images_is_refused_before_training(folders, tmp_pa
                                          r"/train/<class>/<images> .* --validation-split 0\.1"):
         main(["train", "--dataset", folders[layout], "--output-dir", str(out), *TRAIN])
     assert not out.exists()  # refused before any folder was made
+
+
+def test_a_held_out_split_of_a_folder_with_its_own_test_images_is_refused(folders, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match=r"'.*split' has a test/ folder, its own test images; "
+                                         r".*Received: --validation-split 0\.25"):
+        main(["train", "--dataset", folders["split"], "--validation-split", "0.25",
+              "--output-dir", str(out), *TRAIN])
+    assert not out.exists()
 
 
 @pytest.mark.slow
@@ -182,6 +192,28 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
     assert message.splitlines() == [message] and "--batch-size 4 (the run has 8)" in message
 
 
+def test_a_folder_that_another_run_holds_is_refused_and_free_when_that_run_ends(folders,
+                                                                                 tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = open(out / ".run.lock", "w")  # as another process's run holds it
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    holder.write("4242")
+    holder.flush()
+    arguments = ["train", "--dataset", folders["split"], "--output-dir", str(out), *TRAIN]
+    with pytest.raises(SystemExit, match=rf"^keras-vit train: '{out}' is in use by another run "
+                                         r"\(process 4242\); wait for it to end, or pass another "
+                                         r"--output-dir\.$"):
+        main(arguments)
+    assert os.listdir(out) == [".run.lock"]  # nothing of the refused run
+    # The holder ends (killed or not, the system drops its lock); its file stays.
+    holder.close()
+    # Past the hold, a run fails on its data (one batch is more than the folder has).
+    with pytest.raises(SystemExit, match="fewer than one batch"):
+        main([*arguments, "--batch-size", "512"])
+    assert ".run.lock" not in os.listdir(out)  # the run let the folder go
+
+
 def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tmp_path, capsys):
     out = tmp_path / "run"
     with pytest.raises(SystemExit, match=r"fewer than one batch of --batch-size 512; use a "
@@ -196,6 +228,37 @@ def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tm
         assert exit_.value.code == 2
         assert f"argument {option}: must be" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_outputs_that_cannot_be_written_get_one_line_before_any_work(tmp_path):
+    # /sys takes no files, whoever asks (permissions alone would not stop root).
+    model = tmp_path / "model.keras"
+    keras_vit.VisionTransformer(**TINY).save(model)
+    image = tmp_path / "image.png"
+    image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept")
+    cases = [
+        (["train", "--output-dir", "/sys/keras_vit_run"],
+         r"keras-vit train: --output-dir /sys/keras_vit_run: cannot write in /sys \(.+\)"),
+        (["finetune", str(model), "--output-dir", "/sys/tuned"], r"--output-dir /sys/tuned: cannot"),
+        (["pretrain", "--output-dir", "/sys/pretrained"], r"--output-dir /sys/pretrained: cannot"),
+        (["export", str(model), "--format", "tflite", "--output", "/sys/model.tflite"],
+         r"keras-vit export: --output /sys/model.tflite: cannot write in /sys \(.+\)"),
+        (["export", str(model), "--output", "/sys/serving"], r"--output /sys/serving: cannot"),
+        (["inspect", str(model), str(image), "--out", "/sys/figures"], r"--out /sys/figures: cannot"),
+        (["train", "--output-dir", str(a_file)], rf"--output-dir {a_file} is a file, not a folder"),
+        (["inspect", str(model), str(image), "--out", str(a_file / "figures")],
+         rf"--out {a_file / 'figures'}: {a_file} is a file, not a folder"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(SystemExit) as exit_:
+            main(arguments)
+        shown = str(exit_.value.code)
+        assert re.search(message, shown), (arguments, shown)
+        assert len(shown.splitlines()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["image.png", "model.keras", "notes.txt"]
+    assert a_file.read_text() == "kept"
 
 
 def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
@@ -215,7 +278,21 @@ def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
                       keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)]).save(cnn)
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
+    # Exports, as the commands meet them: a TFLite FlatBuffer's first bytes, an
+    # .onnx file, a SavedModel version folder.
+    tflite = tmp_path / "model_int8.tflite"
+    tflite.write_bytes(b"\x1c\0\0\0TFL3" + bytes(24))
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"\x08\x07\x12\x07keras2onnx")
+    served = tmp_path / "serving" / "vit" / "1"
+    served.mkdir(parents=True)
+    (served / "saved_model.pb").write_bytes(b"")
+    exported = r" is {}, not a \.keras model file: give the model\.keras it was exported from"
     cases = [
+        (["evaluate", "--model", str(tflite)], f"{tflite}" + exported.format("a TFLite model")),
+        (["predict", str(image), "--model", str(onnx)], f"{onnx}" + exported.format("an ONNX model")),
+        (["predict", str(image), "--model", str(served)],
+         f"{served}" + exported.format("an exported SavedModel folder")),
         (["predict", str(image), "--model", str(text)], f"{text} is not a .keras model file: it is not a zip archive"),
         (["evaluate", "--model", str(truncated)], f"{truncated} is not a .keras model file"),
         (["export", str(no_config)], f"{no_config} is a zip archive without config.json"),
@@ -279,20 +356,24 @@ def test_exports_get_the_umasks_permissions(tmp_path):
 
 
 @pytest.mark.slow
-def test_int8_export_prints_only_the_packages_own_lines(tmp_path):
+def test_int8_export_and_running_it_print_only_the_packages_own_lines(tmp_path):
+    # A fresh process: LiteRT announces its delegate once per process.
     code = (
         "import numpy as np, keras_vit\n"
         f"model = keras_vit.VisionTransformer(**{TINY!r})\n"
         "images = np.random.default_rng(0).uniform(0, 255, (8, 16, 16, 3)).astype('float32')\n"
         f"keras_vit.export.tflite(model, {str(tmp_path / 'm.tflite')!r}, quantization='int8',\n"
         "                         representative_data=images)\n"
-        "print('exported')\n"
+        f"runner = keras_vit.export.TFLiteModel({str(tmp_path / 'm.tflite')!r})\n"
+        "print('exported', runner(images[:1]).shape)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**console_environment(), "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"exported (1, {TINY['classes']})"
     output = done.stdout + done.stderr
     assert "fully_quantize" not in output and "tf.lite.Interpreter is deprecated" not in output
+    assert "XNNPACK" not in output, output
 
 
 @pytest.mark.backend_independent

@@ -4,6 +4,7 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 
 def progress():
     """Keras' verbosity for long work: a live bar on a terminal, one line per epoch otherwise."""
@@ -30,6 +31,39 @@ def cli_message(message):
         message = re.sub(rf"`{name}`", option, message)
         message = re.sub(rf"\b{name}=", f"{option} ", message)
     return message
+
+
+def check_writable(path, option, folder):
+    """Refuses, before any work, an output `path` that the command could not write.
+
+    Probes the folder the output goes in (or the nearest one that exists:
+    the command makes the rest) by writing a temporary file there, so that a
+    read-only folder or file system, or a full disk, is one line instead of
+    a traceback after the work.
+
+    Args:
+        path: the output: a folder (`folder=True`) or a file, to be made or replaced.
+        option: the command-line option that gave it, for the message.
+        folder: whether `path` is a folder.
+
+    Raises:
+        ValueError: naming `option`, `path` and the system's reason.
+    """
+    target = os.path.abspath(path)
+    if folder and os.path.exists(target) and not os.path.isdir(target):
+        raise ValueError(f"{option} {path} is a file, not a folder")
+    parent = target if folder else os.path.dirname(target)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+    try:
+        tempfile.TemporaryFile(dir=parent).close()
+        if os.statvfs(parent).f_bavail == 0:
+            raise OSError(28, os.strerror(28))  # ENOSPC: what the first write would meet
+    except OSError as error:
+        raise ValueError(f"{option} {path}: cannot write in {parent} "
+                         f"({error.strerror or error})") from None
 
 
 def check_installed(command, needs):
@@ -64,6 +98,22 @@ def fail(command, error):
     raise SystemExit(f"keras-vit {command}: {cli_message(str(error))}")
 
 
+def exported_kind(path):
+    """What kind of export `path` is ("a TFLite model", ...), or `None` for anything else."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "saved_model.pb")):
+            return "an exported SavedModel folder"
+        return None
+    if path.endswith(".onnx"):
+        return "an ONNX model"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    return "a TFLite model" if head[4:8] == b"TFL3" else None  # its FlatBuffer's identifier
+
+
 def load_run_model(path, classifier=True):
     """`(model, class_names)` of a `.keras` file, or a `ValueError` naming the real cause.
 
@@ -75,6 +125,13 @@ def load_run_model(path, classifier=True):
 
     import keras
 
+    export = exported_kind(path)
+    if export is not None:
+        raise ValueError(
+            f"{path} is {export}, not a .keras model file: give the model.keras it was "
+            "exported from (keras-vit predict also runs a .tflite; keras-vit export checks "
+            "an export against its model when it makes it)"
+        )
     if not os.path.isfile(path):
         raise ValueError(f"no such model file: {path!r}")
     if not zipfile.is_zipfile(path):
@@ -186,7 +243,8 @@ def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distrib
     parser.add_argument("--dataset", default="fashion_mnist",
                         help="'fashion_mnist', an image folder, or a TFDS name")
     parser.add_argument("--image-size", type=positive_int, default=None,
-                        help="default: the data's (train) or the checkpoint's (finetune)")
+                        help="default: 28 for the small models (Fashion-MNIST's size), 224 for "
+                             "the paper's variants; a fine-tune's: its checkpoint's")
     parser.add_argument("--epochs", type=positive_int, default=epochs, help="training epochs")
     parser.add_argument("--batch-size", type=positive_int, default=batch_size,
                         help="images per step (the global batch with --distribute)")
@@ -208,6 +266,8 @@ def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distrib
                              "weights of an uninterrupted one")
     parser.add_argument("--accumulate", type=positive_int, default=None, metavar="STEPS",
                         help="gradient accumulation: update every STEPS batches")
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                        help="train on the first N training images only (a quick trial run)")
     if not distributed:
         return
     parser.add_argument("--distribute", choices=("data", "model"), default=None,
@@ -220,8 +280,9 @@ def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distrib
                         help="split the CPU into this many devices (to try --distribute "
                              "on one machine)")
     parser.add_argument("--validation-split", type=fraction, default=None, metavar="FRACTION",
-                        help="for an image folder without test/: hold out this share of each "
-                             "class's training images as the test set (the same files each time)")
+                        help="for an image folder without test/ (one with test/ is refused): "
+                             "hold out this share of each class's training images as the test "
+                             "set (the same files each time)")
     parser.add_argument("--validate-every", type=positive_int, default=None, metavar="EPOCHS",
                         help="evaluate on the test split every EPOCHS epochs (default: "
                              "after the last one only)")

@@ -5,6 +5,7 @@ ONNX file, checked against Keras.
 import os
 
 from keras_vit.cli.common import (
+    check_writable,
     fail,
     image_shape,
     load_run_model,
@@ -85,8 +86,13 @@ def run(args):
         if args.format != "tflite" and args.quantize != "none":
             raise ValueError("--quantize applies to --format tflite only")
         model, class_names = load_run_model(args.model)
-        dataset, data_options = run_data(args)
         run_dir = os.path.dirname(os.path.abspath(args.model))
+        if args.output is not None:
+            check_writable(args.output, "--output", folder=args.format == "saved_model")
+        else:  # in MODEL's folder
+            default = os.path.join(run_dir, "serving") if args.format == "saved_model" else run_dir
+            check_writable(default, "--output", folder=True)
+        dataset, data_options = run_data(args)
         if args.format == "saved_model":
             output = args.output or os.path.join(run_dir, "serving", model.name)
             path = export.saved_model(model, output, class_names=class_names,

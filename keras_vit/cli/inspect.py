@@ -4,6 +4,7 @@ import os
 
 from keras_vit.cli.common import (
     add_image_limit,
+    check_writable,
     fail,
     image_shape,
     load_run_model,
@@ -40,6 +41,7 @@ def run(args):
     try:
         missing_files(args.images)
         model, _ = load_run_model(args.model, classifier=False)
+        check_writable(args.out, "--out", folder=True)
         try:
             vit_inspect.token_layout(model)  # a ViT of this package, or a clear error
         except ValueError as error:

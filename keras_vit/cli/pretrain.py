@@ -5,6 +5,7 @@ of a ViT encoder.
 from keras_vit.cli.common import (
     TRAINING,
     add_run_arguments,
+    check_writable,
     fail,
     fraction,
     positive_int,
@@ -26,7 +27,7 @@ def add_parser(command):
             "patch/kept, predict each one's 3-bit mean colour) or MAE (--objective "
             "mae). Saves model.keras, history.csv, learning_curves.png and "
             "metrics.json in OUTPUT_DIR; resumes like `keras-vit train`. Then: "
-            "keras-vit finetune OUTPUT_DIR/model.keras."
+            "keras-vit finetune OUTPUT_DIR/model.keras --dataset DATASET."
         ),
     )
     pretrain.add_argument("--objective", choices=("mpp", "mae"), default="mpp",
@@ -61,6 +62,7 @@ def run(args):
             ("decoder_dim", args.decoder_dim), ("decoder_depth", args.decoder_depth),
             ("decoder_heads", args.decoder_heads)) if value is not None})
     try:
+        check_writable(args.output_dir, "--output-dir", folder=True)
         result = pretrain(
             args.dataset, objective=args.objective, objective_options=options,
             model=args.model, image_size=args.image_size, patch_size=args.patch_size,
@@ -68,7 +70,7 @@ def run(args):
             augmentation=args.augmentation, output_dir=args.output_dir, seed=args.seed,
             data_dir=args.data_dir, download=args.download, overwrite=args.overwrite,
             gradient_accumulation_steps=args.accumulate,
-            deterministic=args.deterministic, verbose=progress(),
+            deterministic=args.deterministic, limit=args.limit, verbose=progress(),
         )
     except (ValueError, RuntimeError) as error:
         fail("pretrain", error)
@@ -78,5 +80,15 @@ def run(args):
           f"{metrics['total_seconds']:.0f} s in all")
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
-    print(f"fine-tune it: keras-vit finetune {paths['model.keras']} --recipe small")
+    print(f"fine-tune it: {finetune_command(paths['model.keras'], args)}")
     return 0
+
+
+def finetune_command(model, args):
+    """The `keras-vit finetune` command line for `model` on the data it was pre-trained on."""
+    import shlex
+
+    words = ["keras-vit", "finetune", model, "--dataset", args.dataset]
+    if args.data_dir is not None:
+        words += ["--data-dir", args.data_dir]
+    return shlex.join(words + ["--recipe", "small"])

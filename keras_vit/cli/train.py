@@ -5,6 +5,7 @@ fine-tuned), evaluated, and its run saved.
 from keras_vit.cli.common import (
     TRAINING,
     add_run_arguments,
+    check_writable,
     fail,
     fraction,
     positive_int,
@@ -32,7 +33,6 @@ def add_parser(command):
                        help="patch size in pixels (default: the model's)")
     add_run_arguments(train, epochs=9, batch_size=128, recipe="small",
                        output_dir="keras_vit_run")
-    _add_limit(train)
     _add_patch_dropout(train)
     train.set_defaults(run=run, needs=NEEDS)
 
@@ -51,14 +51,8 @@ def add_parser(command):
                           help="a .keras file, an official .npz, a Hugging Face or timm file")
     add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
                        output_dir="keras_vit_finetune")
-    _add_limit(finetune)
     _add_patch_dropout(finetune)
     finetune.set_defaults(run=run, needs=NEEDS)
-
-
-def _add_limit(parser):
-    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
-                        help="train on the first N training images only (a quick trial run)")
 
 
 def _add_patch_dropout(parser):
@@ -73,6 +67,7 @@ def run(args):
 
     weights = getattr(args, "weights", None)
     try:
+        check_writable(args.output_dir, "--output-dir", folder=True)
         result = train(
             args.dataset, model=getattr(args, "model", "small"),
             image_size=args.image_size, patch_size=getattr(args, "patch_size", None),

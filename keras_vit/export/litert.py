@@ -311,10 +311,13 @@ class TFLiteModel:
             with open(metadata_path(path)) as f:
                 self.metadata = json.load(f)
         try:
-            self.interpreter = Interpreter(model_path=self.path, num_threads=num_threads)
+            # LiteRT announces its CPU delegate on standard error ("INFO: Created
+            # TensorFlow Lite XNNPACK delegate"), past Python's logging settings.
+            with native_stderr_captured():
+                self.interpreter = Interpreter(model_path=self.path, num_threads=num_threads)
+                self.interpreter.allocate_tensors()
         except ValueError as error:
             raise ValueError(f"{path!r} is not a TFLite model the runtime can load: {error}") from None
-        self.interpreter.allocate_tensors()
         self._input = self.interpreter.get_input_details()[0]
         self._output = self.interpreter.get_output_details()[0]
         self.input_shape = tuple(int(d) for d in self._input["shape"])

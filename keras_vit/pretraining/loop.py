@@ -5,7 +5,8 @@ encoder, and the objective's `[mask]` embedding and head or decoder),
 `history.csv`, `learning_curves.png` and `metrics.json`, and while it runs
 `backup/` (the same crash-safe checkpoints as `keras-vit train`; the same
 command continues an interrupted run). `keras-vit finetune
-OUTPUT_DIR/model.keras` then trains a classifier from the encoder.
+OUTPUT_DIR/model.keras --dataset DATASET` then trains a classifier from the
+encoder.
 """
 
 from keras_vit.training.run import cleans_up_failed_output_dir
@@ -35,6 +36,7 @@ def pretrain(
     overwrite=False,
     gradient_accumulation_steps=None,
     deterministic=False,
+    limit=None,
     verbose=2,
     log=print,
 ):
@@ -52,8 +54,8 @@ def pretrain(
             name (`"Ti/16"`, ...); models with a convolutional stem are refused.
         image_size, patch_size, epochs, batch_size, recipe, augmentation,
             output_dir, seed, data_dir, download, overwrite,
-            gradient_accumulation_steps, deterministic, verbose, log: as
-            `keras_vit.training.train`.
+            gradient_accumulation_steps, deterministic, limit, verbose, log:
+            as `keras_vit.training.train`.
 
     Returns:
         dict of the metrics (last epoch's loss, timings) and output paths.
@@ -61,6 +63,7 @@ def pretrain(
     import keras_vit
     from keras_vit import data as vit_data
     from keras_vit.data.augmentation import batch_augmentation
+    from keras_vit.data.pipelines import check_limit
     from keras_vit.pretraining.objectives import get_objective
     from keras_vit.training.loop import SMALL_MODELS, check_image_size, model_arguments
     from keras_vit.training.run import Run, check_dataset_source, dataset_reference
@@ -70,6 +73,7 @@ def pretrain(
               batch_size=batch_size, recipe=recipe, augmentation=augmentation, seed=seed,
               deterministic=deterministic, log=log)
     recipe = run.recipe
+    check_limit(limit)
     options = dict(objective_options or {})
     if objective == "mae" and model in SMALL_MODELS:
         options = {**SMALL_DECODER, **options}
@@ -93,12 +97,14 @@ def pretrain(
         "objective": objective.name if hasattr(objective, "name") else type(objective).__name__,
         "objective_options": options, "model": model, "image_size": image_size,
         "patch_size": patch_size, "gradient_accumulation_steps": gradient_accumulation_steps,
+        "limit": limit,
     })
     common = run.data_options(image_size, channels, data_dir, download)
     train_data = vit_data.load(
         dataset, "train", training=True,
         crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0), flip=True,
-        augmentation=batch_augmentation(augmentation, seed), batch_size=batch_size, **common,
+        augmentation=batch_augmentation(augmentation, seed), batch_size=batch_size,
+        limit=limit, **common,
     )
     steps_per_epoch = run.steps_per_epoch(train_data, dataset)
     encoder = keras_vit.VisionTransformer(

@@ -122,6 +122,13 @@ def check_data_layout(dataset, validation_split):
                 "`validation_split` holds out images of an image folder; "
                 f"{dataset!r} is not one. Received: validation_split={validation_split!r}"
             )
+        if vit_data.folder_layout(dataset)["test"] is not None:
+            # Either choice would leave some of the user's images out silently.
+            raise ValueError(
+                f"{dataset!r} has a test/ folder, its own test images; `validation_split` "
+                "is for a folder without one. Leave out `validation_split` to test on test/. "
+                f"Received: validation_split={validation_split!r}"
+            )
         return
     if folder:
         layout = vit_data.folder_layout(dataset)
@@ -171,8 +178,9 @@ def train(
             `validation_split`, `train/` alone or the class folders at the
             top), or a TFDS name.
         model: `"small"` or a variant name (`"Ti/16"`, ...).
-        image_size: int; defaults to the data's (28 for Fashion-MNIST) for
-            `"small"`, 224 for variants.
+        image_size: int; defaults to 28 for the small models (Fashion-MNIST's
+            size, whatever the data), 224 for variants, and with `weights`
+            to the checkpoint's.
         patch_size: int, overrides the model's patch size.
         epochs, batch_size, seed: training length, batch, determinism.
         recipe: a name in `keras_vit.training.RECIPES` or a `Recipe`.
@@ -203,9 +211,10 @@ def train(
         deterministic: bool, make TensorFlow's (and torch's) kernels
             deterministic too, so that a run killed and resumed any number
             of times ends with the weights of an uninterrupted one.
-        validation_split: for an image folder without `test/`: the share of
-            each class's training images held out as the test images
-            (`keras_vit.data.held_out_split`, the same files every time).
+        validation_split: for an image folder without `test/` (a folder
+            with one is refused): the share of each class's training images
+            held out as the test images (`keras_vit.data.held_out_split`,
+            the same files every time).
         download: let TFDS download and prepare a dataset that is not
             prepared in `data_dir` (without it, such a dataset fails at once).
         limit: `None` or an int: train on the first `limit` training images
@@ -224,9 +233,10 @@ def train(
     from keras_vit.training.backup import replace_atomically
 
     # Every argument is checked before any data is read or model built.
-    run = Run("train", output_dir=output_dir, overwrite=overwrite, epochs=epochs,
-              batch_size=batch_size, recipe=recipe, augmentation=augmentation, seed=seed,
-              deterministic=deterministic, log=log, output_files=OUTPUT_FILES)
+    run = Run("train" if weights is None else "finetune", output_dir=output_dir,
+              overwrite=overwrite, epochs=epochs, batch_size=batch_size, recipe=recipe,
+              augmentation=augmentation, seed=seed, deterministic=deterministic, log=log,
+              output_files=OUTPUT_FILES)
     recipe = run.recipe
     check_limit(limit)
     if patch_dropout_rate is not None:

@@ -6,7 +6,8 @@ settings), the job's own files (`class_names.json`), and while it runs
 `backup/` (`CrashSafeBackup`: the model and optimizer state at the end of
 the last finished epoch, written atomically). Starting the same command
 again after an interruption continues from there; a loss that turns NaN
-stops the run with that checkpoint kept.
+stops the run with that checkpoint kept. While a run works in a folder it
+holds it (`.run.lock`): a second run there is refused.
 """
 
 import json
@@ -17,6 +18,9 @@ import warnings
 
 COMMON_OUTPUT_FILES = ("model.keras", "history.csv", "learning_curves.png", "metrics.json",
                        "run.json")
+LOCK_FILE = ".run.lock"
+# The output folders that runs of this process hold: {real path: open lock file}.
+_HELD = {}
 
 
 class Run:
@@ -25,8 +29,9 @@ class Run:
     Created first, it checks the settings every job has before any data is
     read; then the job checks its own, and:
 
-    - `open(settings)` makes the output folder (resuming an unfinished run
-      there, refusing to replace a finished one unless `overwrite`; with
+    - `open(settings)` makes the output folder and holds it until the job
+      ends (`hold_output_dir`: another run there is refused), resuming an
+      unfinished run there, refusing to replace a finished one unless `overwrite`; with
       `overwrite`, an unfinished run whose settings differ starts over),
       records the settings in `run.json` (a resumed run must have the
       recorded ones), seeds every generator and, if asked, makes the
@@ -98,6 +103,7 @@ class Run:
         if output_dir is not None:
             self.output_dir = os.fspath(output_dir)
         os.makedirs(self.output_dir, exist_ok=True)
+        hold_output_dir(self.output_dir)
         self.resuming = check_output_dir(self.output_dir, self.overwrite, self.output_files)
         settings = {
             "job": self.job, **settings, "batch_size": self.batch_size,
@@ -179,13 +185,64 @@ def _write_json(path, value):
         json.dump(value, f, indent=2)
 
 
+def hold_output_dir(output_dir):
+    """Holds `output_dir` for this process's run; a folder another run holds is refused.
+
+    The hold is an advisory lock (`flock`) on `output_dir/.run.lock`, which
+    names the holder's process: the system drops it when the process ends,
+    however it ends, so a killed run leaves no folder held. The job's
+    `cleans_up_failed_output_dir` lets it go when the job returns or raises
+    (a `Run` used without a job holds its folder until the process ends). A
+    folder this process holds already stays held: a run that follows another
+    in one process takes it over.
+
+    Raises:
+        ValueError: another process's run holds the folder.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: no hold
+        return
+    path = os.path.realpath(output_dir)
+    if path in _HELD:
+        return
+    lock = open(os.path.join(path, LOCK_FILE), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip()
+        lock.close()
+        raise ValueError(
+            f"{output_dir!r} is in use by another run"
+            f"{f' (process {holder})' if holder.isdigit() else ''}; wait for it to end, "
+            "or pass another `output_dir`."
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    _HELD[path] = lock
+
+
+def _let_go(paths):
+    for path in paths:
+        lock = _HELD.pop(path)
+        try:
+            os.remove(os.path.join(path, LOCK_FILE))
+        except FileNotFoundError:  # the failed run's folder is gone
+            pass
+        lock.close()
+
+
 def cleans_up_failed_output_dir(job):
     """Decorates a job: a run that fails before its first checkpoint leaves no folder behind.
 
     When the job created `output_dir` (it did not exist before the call) and
     raises (bad data, divergence, Ctrl-C) before a complete checkpoint is in
     `output_dir/backup`, the folder is removed; otherwise it is kept, so the
-    same command resumes.
+    same command resumes. Either way the folders the job held
+    (`hold_output_dir`) are let go.
     """
     import functools
     import inspect
@@ -200,6 +257,7 @@ def cleans_up_failed_output_dir(job):
         bound.apply_defaults()
         output_dir = os.fspath(bound.arguments["output_dir"])
         existed = os.path.exists(output_dir)
+        held_before = set(_HELD)
         try:
             return job(*args, **kwargs)
         except BaseException:
@@ -208,6 +266,8 @@ def cleans_up_failed_output_dir(job):
             ):
                 shutil.rmtree(output_dir, ignore_errors=True)
             raise
+        finally:
+            _let_go(set(_HELD) - held_before)
 
     return run
 

@@ -3,11 +3,14 @@
 import csv
 import json
 import os
+import shlex
 
 import numpy as np
 import pytest
 
 from keras_vit.cli import main
+from keras_vit.pretraining import pretrain
+from keras_vit.training.run import read_run
 from tests.conftest import last_json_line, run_python
 from tests.training.test_train_command import write_dataset
 
@@ -26,9 +29,9 @@ def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, 
 
     data = write_dataset(tmp_path / "data")
     out = str(tmp_path / "pretrain")
-    assert main(pretrain_command(data, out, 2, *SMALL_MAE)) == 0
+    assert main(pretrain_command(data, out, 2, *SMALL_MAE, "--limit", "32")) == 0
     printed = capsys.readouterr().out
-    assert "labels unused" in printed and f"keras-vit finetune {out}/model.keras" in printed
+    assert "(32 images, labels unused)" in printed and read_run(out)["limit"] == 32
     for name in ("model.keras", "history.csv", "learning_curves.png", "metrics.json"):
         assert os.path.isfile(os.path.join(out, name)), name
     assert not os.path.exists(os.path.join(out, "backup"))
@@ -46,11 +49,16 @@ def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, 
 
     architecture = checkpoint_architecture(os.path.join(out, "model.keras"))
     assert architecture["hidden_dim"] == 64 and architecture["input_shape"] == (16, 16, 3)
+    # The fine-tune command that pretrain printed, on the data it pre-trained on.
+    (line,) = [line for line in printed.splitlines() if line.startswith("fine-tune it: ")]
+    command = shlex.split(line[len("fine-tune it: "):])
+    assert command[:3] == ["keras-vit", "finetune", os.path.join(out, "model.keras")]
+    assert command[command.index("--dataset") + 1] == data
     finetuned = str(tmp_path / "finetune")
-    assert main(["finetune", os.path.join(out, "model.keras"), "--dataset", data,
-                 "--epochs", "1", "--batch-size", "16", "--recipe", "small",
+    assert main([*command[1:], "--epochs", "1", "--batch-size", "16",
                  "--output-dir", finetuned]) == 0
     assert "test accuracy:" in capsys.readouterr().out
+    assert read_run(finetuned)["job"] == "finetune"
     classifier = keras.saving.load_model(os.path.join(finetuned, "model.keras"))
     assert classifier.output_shape == (None, 2)
 
@@ -64,6 +72,9 @@ def test_pretrain_refuses_bad_arguments_before_any_work(tmp_path):
         with pytest.raises(SystemExit, match=message):
             main(["pretrain", "--output-dir", out, *extra])
         assert not os.path.exists(out)
+    with pytest.raises(ValueError, match=r"Received: limit=0"):
+        pretrain(output_dir=out, limit=0)
+    assert not os.path.exists(out)
 
 
 @pytest.mark.slow

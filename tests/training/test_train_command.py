@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from keras_vit.cli import main
+from keras_vit.training.run import read_run
 
 
 def write_dataset(root, per_class=48):
@@ -74,6 +75,7 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(trained_run, image_fol
     assert main(["finetune", model, "--dataset", data, "--image-size", "24",
                  "--epochs", "1", "--batch-size", "8", "--output-dir", tuned]) == 0
     assert "test accuracy:" in capsys.readouterr().out
+    assert [read_run(d)["job"] for d in (out, tuned)] == ["train", "finetune"]
     import keras
 
     import keras_vit
@@ -140,7 +142,7 @@ def test_predict_rejects_files_that_are_not_images(trained_run, tmp_path, capsys
     bad.write_text("hello")
     with pytest.raises(SystemExit, match="no image could be read"):
         main(["predict", str(bad), "--model", os.path.join(out, "model.keras")])
-    assert f"{bad}: not a JPEG/PNG/GIF/BMP image" in capsys.readouterr().err
+    assert f"{bad}: not a JPEG/PNG/GIF/BMP/WebP image" in capsys.readouterr().err
 
 
 @pytest.mark.slow
