@@ -77,6 +77,17 @@ def _has_test_split(dataset):
     return False
 
 
+def _default_output(args, model):
+    """Where an export goes without --output: beside MODEL."""
+    run_dir = os.path.dirname(os.path.abspath(args.model))
+    if args.format == "saved_model":
+        return os.path.join(run_dir, "serving", model.name)
+    if args.format == "onnx":
+        return os.path.join(run_dir, "model.onnx")
+    suffix = "" if args.quantize == "none" else f"_{args.quantize}"
+    return os.path.join(run_dir, f"model{suffix}.tflite")
+
+
 def run(args):
     """Exports a saved model as a TF Serving SavedModel or a TFLite file, then checks it."""
     from keras_vit import export
@@ -86,25 +97,17 @@ def run(args):
         if args.format != "tflite" and args.quantize != "none":
             raise ValueError("--quantize applies to --format tflite only")
         model, class_names = load_run_model(args.model)
-        run_dir = os.path.dirname(os.path.abspath(args.model))
-        if args.output is not None:
-            check_writable(args.output, "--output", folder=args.format == "saved_model")
-        else:  # in MODEL's folder
-            default = os.path.join(run_dir, "serving") if args.format == "saved_model" else run_dir
-            check_writable(default, "--output", folder=True)
+        output = args.output or _default_output(args, model)
+        check_writable(output, "--output", folder=args.format == "saved_model")
         dataset, data_options = run_data(args)
         if args.format == "saved_model":
-            output = args.output or os.path.join(run_dir, "serving", model.name)
             path = export.saved_model(model, output, class_names=class_names,
                                       top_k=args.top_k, overwrite=args.overwrite,
                                       image_size=args.image_size)
         elif args.format == "onnx":
-            output = args.output or os.path.join(run_dir, "model.onnx")
             path = export.onnx(model, output, image_size=args.image_size,
                                class_names=class_names, overwrite=args.overwrite)["path"]
         else:
-            suffix = "" if args.quantize == "none" else f"_{args.quantize}"
-            output = args.output or os.path.join(run_dir, f"model{suffix}.tflite")
             calibration = None
             if args.quantize in ("int8", "int8_full"):
                 # The representative data comes from the training split.

@@ -144,8 +144,8 @@ def decode_upright(encoded, max_pixels=None, max_bytes=None):
     """Encoded image bytes decoded the right way up, their size checked before decoding.
 
     Refuses bytes above the limits from their header
-    (`image_limits.assert_within_limits`), decodes JPEG/PNG/GIF/BMP/WebP (a GIF's
-    first frame) and turns a photo as its EXIF orientation says
+    (`image_limits.assert_within_limits`), decodes JPEG/PNG/GIF/BMP/WebP (a
+    GIF's first frame) and turns a photo as its EXIF orientation says
     (`orientation.upright`). Every place that decodes encoded images (image
     folders, `decode_for_eval`: `keras-vit predict`, `inspect` and the
     `serving_bytes` signature) goes through it.
@@ -165,8 +165,9 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixe
                     max_bytes=None):
     """Encoded image bytes as the evaluation pipeline's view of them.
 
-    Decodes JPEG/PNG/GIF/BMP/WebP bytes (`decode_upright`: the first frame of a
-    GIF, a photo turned by its EXIF orientation), converts the channels, then resizes and centre-crops exactly as the evaluation
+    Decodes JPEG/PNG/GIF/BMP/WebP bytes (`decode_upright`: the first frame
+    of a GIF, a photo turned by its EXIF orientation), converts the
+    channels, then resizes and centre-crops exactly as the evaluation
     batches of `from_folder` do: float32 `(height, width, channels)` in
     `[0, 255]`. Undecodable bytes, and bytes whose header declares more
     than `max_pixels` pixels (or that are longer than `max_bytes`; defaults

@@ -30,12 +30,12 @@ class Run:
     read; then the job checks its own, and:
 
     - `open(settings)` makes the output folder and holds it until the job
-      ends (`hold_output_dir`: another run there is refused), resuming an
-      unfinished run there, refusing to replace a finished one unless `overwrite`; with
-      `overwrite`, an unfinished run whose settings differ starts over),
-      records the settings in `run.json` (a resumed run must have the
-      recorded ones), seeds every generator and, if asked, makes the
-      kernels deterministic;
+      ends (`hold_output_dir`: another run there is refused), resumes an
+      unfinished run there (refusing to replace a finished one unless
+      `overwrite`; with `overwrite`, an unfinished run whose settings differ
+      starts over), records the settings in `run.json` (a resumed run must
+      have the recorded ones), seeds every generator and, if asked, makes
+      the kernels deterministic;
     - `data_options(...)` are the pipeline options of its data;
     - `steps_per_epoch(data, dataset)` refuses data of less than a batch;
     - `fit(network, data, ...)` is `fit_with_checkpoints`;
