@@ -183,54 +183,49 @@ def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
     """
     import tensorflow as tf
 
+    from keras_vit.data.header_bytes import fixed_fields, leading_bytes, signatures_found
+
     max_pixels, max_bytes = resolve_limits(max_pixels, max_bytes)
     length = tf.strings.length(encoded, unit="BYTE")
-    # The first 30 bytes, zero-padded so short inputs read as no format at all.
-    head = tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, 30), b"\0" * 30]),
-                             0, 30)
-    raw = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+    raw = leading_bytes(encoded, 30)
+    is_png, is_gif87, is_gif89, is_bmp, is_jpeg, is_webp, is_vp8, is_vp8l, is_vp8x = (
+        signatures_found(raw, [
+            {0: _PNG}, {0: b"GIF87a"}, {0: b"GIF89a"}, {0: b"BM"}, {0: b"\xff\xd8\xff"},
+            {0: b"RIFF", 8: b"WEBP"}, {12: b"VP8 "}, {12: b"VP8L"}, {12: b"VP8X"},
+        ])
+    )
+    (png_width, png_height, gif_width, gif_height, bmp_width, bmp_height,
+     vp8_width, vp8_height, vp8l_bits, vp8x_width, vp8x_height) = fixed_fields(raw, [
+        (16, 4, "big"), (20, 4, "big"), (6, 2, "little"), (8, 2, "little"),
+        (18, 4, "little"), (22, 4, "little"),
+        (26, 2, "little"), (28, 2, "little"), (21, 4, "little"), (24, 3, "little"),
+        (27, 3, "little"),
+    ])
 
-    def big_endian(start, count):
-        return sum(raw[start + i] * (256 ** (count - 1 - i)) for i in range(count))
-
-    def little_endian(start, count):
-        return sum(raw[start + i] * (256**i) for i in range(count))
-
-    def starts_with(prefix, at=0):
-        return tf.reduce_all(tf.equal(raw[at:at + len(prefix)],
-                                      tf.constant(list(prefix), tf.int64)))
+    zero = tf.constant(0, tf.int64)
 
     def signed32(value):
         return tf.abs(tf.where(value >= 2**31, value - 2**32, value))
-
-    is_png = starts_with(_PNG)
-    is_gif = tf.logical_or(starts_with(b"GIF87a"), starts_with(b"GIF89a"))
-    is_bmp = starts_with(b"BM")
-    is_jpeg = starts_with(b"\xff\xd8\xff")
-    is_webp = tf.logical_and(starts_with(b"RIFF"), starts_with(b"WEBP", 8))
 
     def jpeg_pixels():
         shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
         return shape[0] * shape[1]
 
-    def webp_pixels():  # as `_webp_size`
-        lossless = little_endian(21, 4)
-        return tf.case([
-            (starts_with(b"VP8 ", 12),
-             lambda: (little_endian(26, 2) % 2**14) * (little_endian(28, 2) % 2**14)),
-            (starts_with(b"VP8L", 12),
-             lambda: (lossless % 2**14 + 1) * (lossless // 2**14 % 2**14 + 1)),
-            (starts_with(b"VP8X", 12),
-             lambda: (little_endian(24, 3) + 1) * (little_endian(27, 3) + 1)),
-        ], default=lambda: tf.constant(0, tf.int64), exclusive=False)
-
-    pixels = tf.case([
-        (is_png, lambda: big_endian(16, 4) * big_endian(20, 4)),
-        (is_gif, lambda: little_endian(6, 2) * little_endian(8, 2)),
-        (is_bmp, lambda: signed32(little_endian(18, 4)) * signed32(little_endian(22, 4))),
-        (is_jpeg, jpeg_pixels),
-        (is_webp, webp_pixels),
-    ], default=lambda: tf.constant(0, tf.int64), exclusive=False)
+    # Each side at most 2**31 (a PNG's may be 2**32 - 1): no int64 overflow.
+    declared = {
+        "png": tf.minimum(png_width, 2**31) * tf.minimum(png_height, 2**31),
+        "gif": gif_width * gif_height,
+        "bmp": signed32(bmp_width) * signed32(bmp_height),
+        "jpeg": tf.cond(is_jpeg, jpeg_pixels, lambda: zero),
+        # As `_webp_size`.
+        "webp": tf.where(is_vp8, (vp8_width % 2**14) * (vp8_height % 2**14), zero)
+        + tf.where(is_vp8l, (vp8l_bits % 2**14 + 1) * (vp8l_bits // 2**14 % 2**14 + 1), zero)
+        + tf.where(is_vp8x, (vp8x_width + 1) * (vp8x_height + 1), zero),
+    }
+    kinds = {"png": is_png, "gif": is_gif87 | is_gif89, "bmp": is_bmp, "jpeg": is_jpeg,
+             "webp": is_webp}
+    # The signatures exclude each other: at most one term is not zero.
+    pixels = tf.add_n([tf.where(kinds[kind], declared[kind], zero) for kind in kinds])
     return tf.group(
         tf.debugging.assert_less_equal(
             length, tf.constant(max_bytes, length.dtype),

@@ -10,6 +10,8 @@ theirs) and `upright` turns the decoded image as the tag says, as image
 viewers and PIL's `ImageOps.exif_transpose` do.
 """
 
+import numpy as np
+
 # Where to look for the EXIF segment. The EXIF standard puts it right after
 # the JPEG's start (a JFIF segment may come first); its first directory
 # (IFD0), which holds the tag, follows its header.
@@ -39,43 +41,32 @@ def exif_orientation(encoded):
     """
     import tensorflow as tf
 
-    is_jpeg = tf.equal(tf.strings.substr(encoded, 0, 3), b"\xff\xd8\xff")
-    return tf.cond(is_jpeg, lambda: _jpeg_orientation(encoded),
-                   lambda: tf.constant(1, tf.int32))
-
-
-def _jpeg_orientation(encoded):
-    import tensorflow as tf
+    from keras_vit.data.header_bytes import leading_bytes, numbers_at
 
     # Bytes past the end read as zeros: room for the directory after the segment.
     size = SEARCH_BYTES + 12 * _MAX_ENTRIES + 64
-    padded = tf.strings.join([tf.strings.substr(encoded, 0, size), b"\0" * size])
-    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, size), tf.uint8), tf.int32)
-    found = tf.ones([SEARCH_BYTES], tf.bool)
-    for offset, byte in enumerate(_APP1_EXIF):
-        if byte is not None:
-            found = tf.logical_and(found, tf.equal(raw[offset:offset + SEARCH_BYTES], byte))
-    tiff = tf.cast(tf.argmax(tf.cast(found, tf.int32)), tf.int32) + len(_APP1_EXIF)
+    raw = leading_bytes(encoded, size, "uint8")
+    # The segment's start: the first offset whose following bytes match.
+    offsets = [i for i, byte in enumerate(_APP1_EXIF) if byte is not None]
+    windows = tf.gather(raw, np.arange(SEARCH_BYTES, dtype=np.int32)[:, None] + offsets)
+    found = tf.reduce_all(tf.equal(windows, np.array([_APP1_EXIF[i] for i in offsets], np.uint8)),
+                          axis=1)
+    raw = tf.cast(raw, tf.int64)
+    tiff = tf.argmax(tf.cast(found, tf.int64)) + len(_APP1_EXIF)
+    order = tf.gather(raw, tiff + [0, 1])
+    little = tf.reduce_all(tf.equal(order, 0x49))
+    big = tf.reduce_all(tf.equal(order, 0x4D))
 
-    def byte_at(position):
-        return tf.gather(raw, tf.clip_by_value(position, 0, size - 1))
-
-    little = tf.logical_and(tf.equal(byte_at(tiff), 0x49), tf.equal(byte_at(tiff + 1), 0x49))
-    big = tf.logical_and(tf.equal(byte_at(tiff), 0x4D), tf.equal(byte_at(tiff + 1), 0x4D))
-
-    def number(position, count):
-        digits = [byte_at(position + i) for i in range(count)]
-        return tf.where(little, sum(d * 256**i for i, d in enumerate(digits)),
-                        sum(d * 256**i for i, d in enumerate(reversed(digits))))
-
-    directory = tiff + number(tiff + 4, 4)
-    entries = directory + 2 + 12 * tf.range(_MAX_ENTRIES)
-    listed = tf.range(_MAX_ENTRIES) < number(directory, 2)
-    is_orientation = tf.logical_and(listed, tf.equal(number(entries, 2), 0x0112))
+    directory = tiff + numbers_at(raw, tiff + 4, 4, little)
+    entries = directory + 2 + 12 * np.arange(_MAX_ENTRIES)
+    listed = np.arange(_MAX_ENTRIES) < numbers_at(raw, directory, 2, little)
+    is_orientation = listed & tf.equal(numbers_at(raw, entries, 2, little), 0x0112)
     # A SHORT value sits in the first two bytes of the entry's value field.
-    value = tf.reduce_max(tf.where(is_orientation, number(entries + 8, 2), 0))
-    valid = tf.reduce_any(found) & (little | big) & (value >= 1) & (value <= 8)
-    return tf.where(valid, value, 1)
+    value = tf.reduce_max(tf.where(is_orientation, numbers_at(raw, entries + 8, 2, little),
+                                   tf.zeros_like(entries)))
+    is_jpeg = tf.reduce_all(tf.equal(raw[:3], [0xFF, 0xD8, 0xFF]))
+    valid = is_jpeg & tf.reduce_any(found) & (little | big) & (value >= 1) & (value <= 8)
+    return tf.cast(tf.where(valid, value, tf.ones_like(value)), tf.int32)
 
 
 def upright(image, orientation):
@@ -95,15 +86,14 @@ def upright(image, orientation):
     """
     import tensorflow as tf
 
-    branches = [
-        lambda: image,
-        lambda: tf.reverse(image, [1]),
-        lambda: tf.reverse(image, [0, 1]),
-        lambda: tf.reverse(image, [0]),
-        lambda: tf.transpose(image, [1, 0, 2]),
-        lambda: tf.image.rot90(image, 3),
-        lambda: tf.reverse(tf.transpose(image, [1, 0, 2]), [0, 1]),
-        lambda: tf.image.rot90(image, 1),
-    ]
-    index = tf.where((orientation >= 1) & (orientation <= 8), orientation - 1, 0)
-    return tf.switch_case(tf.cast(index, tf.int32), branches)
+    # Each orientation is a transpose or not, then a flip of the rows, the
+    # columns, both or neither; as data-dependent arguments of one op each,
+    # not eight branches (graphs built each time a pipeline is traced).
+    orientation = tf.convert_to_tensor(orientation)
+    orientation = tf.where((orientation >= 1) & (orientation <= 8), orientation,
+                           tf.ones_like(orientation))
+    transposed = orientation >= 5
+    flip_rows = tf.reduce_any(tf.equal(orientation, [3, 4, 7, 8]))
+    flip_columns = tf.reduce_any(tf.equal(orientation, [2, 3, 6, 7]))
+    image = tf.transpose(image, tf.where(transposed, [1, 0, 2], [0, 1, 2]))
+    return tf.reverse(image, tf.boolean_mask([0, 1], tf.stack([flip_rows, flip_columns])))

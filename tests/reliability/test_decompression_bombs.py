@@ -4,6 +4,7 @@ import io
 import json
 import os
 import resource
+import struct
 import subprocess
 import sys
 
@@ -83,6 +84,11 @@ def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
             image_limits.assert_within_limits(tf.constant(data), max_pixels=272)
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_bytes"):
         image_limits.assert_within_limits(tf.constant(small_images()["png"]), max_bytes=100)
+    # A PNG's sides are 32-bit: their product passes 2**63 and must not wrap around.
+    huge = bytearray(small_images()["png"])
+    huge[16:24] = struct.pack(">II", 2**32 - 1, 2**32 - 1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="refused before decoding"):
+        image_limits.assert_within_limits(tf.constant(bytes(huge)))
     # The limit is the caller's to raise: 13 x 21 = 273 pixels.
     with pytest.raises(tf.errors.InvalidArgumentError, match="272"):
         vit_pipelines.decode_for_eval(tf.constant(small_images()["png"]), (8, 8), max_pixels=272)

@@ -165,17 +165,30 @@ def test_fuzzed_image_files_in_a_folder_are_skipped_not_fatal(tmp_path, caplog):
         os.makedirs(tmp_path / name)
         (tmp_path / name / "good.png").write_bytes(good)
 
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(data=mangled(good), suffix=st.sampled_from([".png", ".jpg", ".bmp", ".gif"]))
-    def check(data, suffix):
-        bad = tmp_path / "a" / f"bad{suffix}"
-        bad.write_bytes(data)
+    def read_folder():
         pipeline = vit_data.from_folder(str(tmp_path), image_size=8, batch_size=4)
-        images = np.concatenate([x.numpy() for x, _ in pipeline.data])
-        assert 2 <= len(images) <= 3  # the good ones always, the bad one only if it decodes
+        return np.concatenate([x.numpy() for x, _ in pipeline.data])
+
+    good_image = read_folder()[0]
+
+    # Several bad files to a folder: a pipeline is built (traced) once per
+    # example, about as many bad files in all as the other fuzz tests' cases.
+    suffixes = st.sampled_from([".png", ".jpg", ".bmp", ".gif"])
+
+    @settings(max_examples=FUZZ_EXAMPLES // 5, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(files=st.lists(st.tuples(mangled(good), suffixes), min_size=1, max_size=8))
+    def check(files):
+        bad = [tmp_path / "a" / f"bad{i}{suffix}" for i, (_, suffix) in enumerate(files)]
+        for path, (data, _) in zip(bad, files):
+            path.write_bytes(data)
+        images = read_folder()
+        # The good ones always, each bad one only if it decodes.
+        assert 2 <= len(images) <= 2 + len(files)
+        assert np.all(images == good_image, axis=(1, 2, 3)).sum() >= 2
         assert np.isfinite(images).all()
-        bad.unlink()
+        for path in bad:
+            path.unlink()
 
     check()
 

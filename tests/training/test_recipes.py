@@ -14,6 +14,7 @@ from keras_vit.training import (
     no_weight_decay_variables,
     pretraining_optimizer,
 )
+from keras_vit.training.recipes import TENSORFLOW_XLA_MIN_STEPS
 from tests.conftest import TINY
 
 
@@ -74,7 +75,10 @@ def test_recipes_compile_and_train(images):
     labels = np.eye(5, dtype="float32")[np.arange(4) % 5]
     for name in ("pretrain", "finetune", "small"):
         model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
-        RECIPES[name].compile(model, total_steps=4, gradient_accumulation_steps=2)
+        # One of them trains through XLA on TensorFlow, as long runs do.
+        tensorflow = keras.backend.backend() == "tensorflow"
+        xla = {"jit_compile": True} if tensorflow and name == "pretrain" else {}
+        RECIPES[name].compile(model, total_steps=4, gradient_accumulation_steps=2, **xla)
         before = model.get_layer("head").get_weights()[0].copy()
         traces = []
         if keras.backend.backend() == "tensorflow":
@@ -91,9 +95,13 @@ def test_recipes_compile_and_train(images):
             assert len(traces) == 1, (name, len(traces))
         assert not np.allclose(model.get_layer("head").get_weights()[0], before)
     assert isinstance(RECIPES["finetune"].make_optimizer(model, 10), keras.optimizers.SGD)
-    # XLA on TensorFlow too (Keras leaves it off without an accelerator).
-    if keras.backend.backend() in ("tensorflow", "jax"):
-        assert model.jit_compile is True
+    # XLA on TensorFlow too (Keras leaves it off without an accelerator),
+    # from the run length where it pays for its compile time; always on JAX.
+    for steps in (TENSORFLOW_XLA_MIN_STEPS - 1, TENSORFLOW_XLA_MIN_STEPS):
+        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        RECIPES["small"].compile(model, total_steps=steps)
+        expected = {"jax": True, "tensorflow": steps >= TENSORFLOW_XLA_MIN_STEPS, "torch": False}
+        assert bool(model.jit_compile) is expected[keras.backend.backend()], steps
 
 
 def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
