@@ -105,12 +105,26 @@ _ENCODER_DEFAULTS = {
 }
 # The head's shape: the checkpoint's unless the user chooses another head.
 _HEAD_DEFAULTS = {"pooling": "token", "representation_size": None}
+# The head's class count, as the input size: a checkpoint file's own (its
+# head's, its position table's) unless set; a set one gives a new head, or
+# the table resampled.
+_SHAPE_DEFAULTS = {"classes": 1000}
 # How the position table moves to other grids, and the image size it is laid
 # out for (a model of run-time resolution): the checkpoint's unless set.
 _RESOLUTION_DEFAULTS = {"resample_method": "bicubic", "base_image_size": None}
 _FROM_WEIGHTS = {
     name: _FromWeights(value)
-    for name, value in {**_ENCODER_DEFAULTS, **_HEAD_DEFAULTS, **_RESOLUTION_DEFAULTS}.items()
+    for name, value in {**_ENCODER_DEFAULTS, **_HEAD_DEFAULTS, **_RESOLUTION_DEFAULTS,
+                        **_SHAPE_DEFAULTS}.items()
+}
+# What a builder given `weights=` takes from the checkpoint unless set.
+FROM_CHECKPOINT = frozenset(_FROM_WEIGHTS)
+# The builder arguments that a checkpoint's shapes fix, and the weight that shows each.
+_ARCHITECTURE_WEIGHTS = {
+    "patch_size": "patch_embedding/kernel", "hidden_dim": "patch_embedding/kernel",
+    "mlp_dim": "encoderblock_0/mlp_dense_1/kernel",
+    "num_heads": "encoderblock_0/attention/qkv_kernel",
+    "num_layers": "encoderblock_{last}",
 }
 _checkpoint_reader = None
 
@@ -138,16 +152,68 @@ def _same_normalization(first, second, channels):
     return all(np.allclose(a[key], b[key], rtol=1e-6, atol=1e-8) for key in a)
 
 
-def _checkpoint_function(given, weights, variant, num_heads, input_channels):
+def _weight_shape(name, arguments):
+    """The shape that the builder `arguments` give the weight that shows `name`."""
+    patch_height, patch_width = _pair(arguments["patch_size"], "patch_size")
+    width = arguments["hidden_dim"]
+    if name in ("patch_size", "hidden_dim"):
+        return (patch_height, patch_width, arguments["input_shape"][-1], width)
+    if name == "mlp_dim":
+        return (width, arguments["mlp_dim"])
+    if name == "num_heads":
+        return (width, 3, arguments["num_heads"], width // arguments["num_heads"])
+    return None
+
+
+def _check_architecture(source, weights, asked):
+    """A checkpoint file whose shapes are not the model's: a `ValueError` naming both.
+
+    `source` holds the file's architecture (its shapes, read by the
+    checkpoint reader); `asked` the builder's. Every difference is named,
+    with the weight that shows it.
+    """
+    differences, ours = [], {**source, **asked}
+    for name, value in asked.items():
+        if name not in source:
+            continue  # a registered name, or a Keras weights file: loading checks them
+        theirs = source[name]
+        if name == "patch_size":
+            theirs, value = _pair(theirs, name), _pair(value, name)
+        if theirs == value:
+            continue
+        weight = _ARCHITECTURE_WEIGHTS[name]
+        if name == "num_layers":
+            shown = (f"its last block is {weight.format(last=theirs - 1)!r}, the model's "
+                     f"{weight.format(last=value - 1)!r}")
+        else:
+            shown = (f"its {weight!r} has shape {_weight_shape(name, source)}, the model's "
+                     f"{_weight_shape(name, ours)}")
+        differences.append((name, theirs, value, shown))
+    if differences:
+        raise ValueError(
+            f"weights={os.fspath(weights)!r} holds a ViT of "
+            + ", ".join(f"{name}={theirs!r}" for name, theirs, _, _ in differences)
+            + ", not the "
+            + ", ".join(f"{name}={value!r}" for name, _, value, _ in differences)
+            + " of the model asked for: "
+            + "; ".join(dict.fromkeys(shown for *_, shown in differences))  # each weight once
+            + ". Build the model with "
+            + ", ".join(f"{name}={theirs!r}" for name, theirs, _, _ in differences)
+            + ", or let keras_vit.weights.from_checkpoint read the whole architecture "
+            "from the file."
+        )
+
+
+def _checkpoint_function(given, source, recorded, weights, input_channels):
     """The function arguments of a model built with `weights=`.
 
-    Arguments the user left unset take the checkpoint's values. A set one
-    that contradicts what the checkpoint records of its encoder is a
-    `ValueError` naming both; one that only departs from its format's
-    convention (an official `.npz` records no GELU form) is the user's.
+    Arguments the user left unset take the checkpoint's values (`source`:
+    what the checkpoint reader found, `recorded`: the names the file
+    itself records). A set one that contradicts what the checkpoint
+    records of its encoder is a `ValueError` naming both; one that only
+    departs from its format's convention (an official `.npz` records no
+    GELU form) is the user's.
     """
-    source, recorded = (_reader().function_arguments(weights, variant, num_heads)
-                        if weights is not None else ({}, set()))
     chosen = {}
     for name, value in given.items():
         unset = isinstance(value, _FromWeights) or (name == "normalization" and value is None)
@@ -188,7 +254,7 @@ def VisionTransformer(
     input_tensor=None,
     input_shape=None,
     pooling=_FROM_WEIGHTS["pooling"],
-    classes=1000,
+    classes=_FROM_WEIGHTS["classes"],
     classifier_activation="softmax",
     include_rescaling=True,
     normalization=_FROM_WEIGHTS["normalization"],
@@ -236,18 +302,23 @@ def VisionTransformer(
             `keras_vit.weights.registry`), or the path of a weights file:
             Keras (`.weights.h5`, `.keras`), official `.npz`, or a Hugging
             Face / timm `.safetensors` (or `.bin` with torch) checkpoint.
-            Checkpoints at another resolution have their position
-            embeddings resampled; a head of another class count stays
-            zero-initialised. The model computes the checkpoint's function:
+            Left unset, `input_shape` and `classes` are the checkpoint's;
+            set to another size, the position embeddings are resampled, to
+            another class count, the head is new (zero-initialised). A file
+            whose shapes are not the model's
+            (another width, depth, head count, MLP width or patch size) is a
+            `ValueError` naming the weight and both shapes. The model
+            computes the checkpoint's function:
             the arguments marked "the checkpoint's" below come from the
             file (a checkpoint's `config.json` beside it, or the registry)
             unless set, and a set value that contradicts the checkpoint's
             encoder is a `ValueError` naming both.
         input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
             the image input.
-        input_shape: `(height, width, channels)`; defaults to
-            `(224, 224, 3)`. Height and width must be multiples of the
-            patch size. `(None, None, channels)` builds a model of run-time
+        input_shape: `(height, width, channels)`; defaults to the
+            checkpoint's (a registered one's, a file's position table and
+            patch embedding), else `(224, 224, 3)`. Height and width must be
+            multiples of the patch size. `(None, None, channels)` builds a model of run-time
             resolution: it takes images of any size that is a multiple of
             the patch size (one size per batch) and resamples its position
             embeddings inside the graph for each (see `base_image_size`
@@ -259,7 +330,9 @@ def VisionTransformer(
             over the patch tokens, then an MLP, as big_vision's MAPHead and
             timm's `global_pool="map"`; layer `map_head`), or
             `None` with `include_top=False` to output every token.
-        classes: int, the number of classes of the head.
+        classes: (a checkpoint file's head's, else 1000) int, the number
+            of classes of the head; another count than the file's gives a
+            new zero-initialised head.
         classifier_activation: activation of the head (`"softmax"`, or
             `None` for logits).
         include_rescaling: bool, whether the model takes pixels in
@@ -342,14 +415,25 @@ def VisionTransformer(
     # Everything is checked before any weight is created or downloaded.
     patch_size = _pair(patch_size, "patch_size")
     checkpoint = variant = None
+    source, recorded = {}, set()
     if weights is not None:
         if patch_size[0] == patch_size[1]:
             variant = variant_name(
                 patch_size[0], hidden_dim, num_layers, num_heads, mlp_dim
             )
         checkpoint = _reader().registered(weights, variant)
-    if checkpoint is not None and input_shape is None and input_tensor is None:
-        input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
+        source, recorded = _reader().function_arguments(weights, variant, num_heads)
+        _check_architecture(source, weights, {
+            "patch_size": patch_size, "hidden_dim": hidden_dim, "num_layers": num_layers,
+            "mlp_dim": mlp_dim, "num_heads": num_heads,
+        })
+    if input_shape is None and input_tensor is None:
+        if checkpoint is not None:
+            input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
+        elif "input_shape" in source:
+            input_shape = source["input_shape"]
+    if isinstance(classes, _FromWeights):
+        classes = source.get("classes", classes.default)
     input_shape = _validate_input_shape(input_shape, input_tensor)
     function = _checkpoint_function(
         {"normalization": normalization, "class_token": class_token,
@@ -358,7 +442,7 @@ def VisionTransformer(
          "layer_norm_epsilon": layer_norm_epsilon, "pooling": pooling,
          "representation_size": representation_size,
          "base_image_size": base_image_size, "resample_method": resample_method},
-        weights, variant, num_heads, input_shape[-1],
+        source, recorded, weights, input_shape[-1],
     )
     resample_method = function["resample_method"]
     if resample_method not in vit_layers.position_embedding.RESAMPLE_METHODS:
@@ -662,9 +746,10 @@ MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
             `VisionTransformer`).
         input_tensor: optional Keras tensor to use as the image input.
         input_shape: `(height, width, channels)`, multiples of the patch size;
-            defaults to `(224, 224, 3)`.
+            defaults to the checkpoint's, else `(224, 224, 3)`.
         pooling: `"token"`, `"gap"`, or `None` (with `include_top=False`).
-        classes: int, the number of classes.
+        classes: int, the number of classes; defaults to a checkpoint
+            file's head's, else 1000.
         classifier_activation: the head's activation; `None` for logits.
         include_rescaling: bool, whether inputs are `[0, 255]` pixels.
         name: str, the model's name; defaults to `"{model_name}"`.
@@ -694,7 +779,7 @@ def _builder(variant):
         input_tensor=None,
         input_shape=None,
         pooling=_FROM_WEIGHTS["pooling"],
-        classes=1000,
+        classes=_FROM_WEIGHTS["classes"],
         classifier_activation="softmax",
         include_rescaling=True,
         name=model_name,

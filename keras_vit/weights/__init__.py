@@ -177,7 +177,10 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     3)` to fine-tune at a higher resolution (position embeddings
     resampled), `classes=10` for a new zero-initialised head,
     `include_top=False` for features, or `representation_size=None` to drop
-    an ImageNet-21k `pre_logits` layer.
+    an ImageNet-21k `pre_logits` layer. As for a builder given the file as
+    `weights=`, an override that contradicts what the file records of its
+    encoder (`approximate_gelu=True` for an exact-GELU checkpoint) is a
+    `ValueError` naming both.
 
     Args:
         path: an official `.npz`, Hugging Face or timm `.safetensors` (or
@@ -202,6 +205,7 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     ```
     """
     from keras_vit.models import VisionTransformer
+    from keras_vit.models.vision_transformer import FROM_CHECKPOINT
 
     path = os.fspath(path)
     if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
@@ -209,31 +213,41 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
             f"path={path!r} is not an existing checkpoint file ending in one "
             f"of {', '.join(CHECKPOINT_SUFFIXES)}."
         )
-    tensors = read_tensors(path)
-    layout, arguments = infer_architecture(path, tensors, num_heads)
     unknown = set(overrides) - set(inspect.signature(VisionTransformer).parameters)
     if unknown:
         raise TypeError(
             f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
         )
-    table_size = arguments.pop("base_image_size", None) or arguments["input_shape"][:2]
-    arguments["resample_method"] = (resample_method or arguments.get("resample_method")
-                                    or source_resample_method(path))
-    arguments.update(overrides)
-    if None in (arguments.get("input_shape") or (0, 0))[:2]:
-        arguments.setdefault("base_image_size", table_size)  # run-time resolution
-    model = VisionTransformer(**arguments)
-    _, canonical = to_canonical(tensors, arguments["num_heads"])
-    assign_canonical(
-        model, canonical, source=f"{layout} checkpoint {path!r}",
-        resample_method=arguments["resample_method"],
-    )
-    return model
+    if "weights" in overrides:
+        raise TypeError(
+            f"from_checkpoint loads path={path!r}; it takes no `weights`. Received: "
+            f"weights={overrides['weights']!r}"
+        )
+    _, arguments = infer_architecture(path, read_tensors(path), num_heads)
+    if num_heads is not None and num_heads != arguments["num_heads"]:
+        raise ValueError(
+            f"num_heads={num_heads!r} contradicts the checkpoint path={path!r}, whose model "
+            f"has num_heads={arguments['num_heads']!r}. Leave num_heads unset."
+        )
+    # The architecture from here; the builder takes the function (GELU form,
+    # tokens, normalisation, head, resampling) from the file as it does for
+    # any `weights=`, and refuses an override that contradicts it.
+    architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
+    if arguments["pooling"] is None and not arguments["include_top"]:
+        architecture["pooling"] = None  # an encoder's file: its tokens
+    if resample_method is not None:
+        architecture["resample_method"] = resample_method
+    return VisionTransformer(**{**architecture, **overrides}, weights=path)
 
 
 # What a checkpoint's tensors themselves show (token layout, LayerScale, head).
 _SHOWN_BY_TENSORS = ("class_token", "distillation_token", "num_register_tokens",
                      "layer_scale_init", "pooling", "representation_size")
+# The shapes a builder must match (checked), and the input size and head
+# class count it takes where the user leaves them unset (`classes` only for
+# a file with a head).
+_ARCHITECTURE = ("patch_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
+                 "input_shape", "classes")
 
 
 def function_arguments(weights, variant=None, num_heads=None):
@@ -243,7 +257,9 @@ def function_arguments(weights, variant=None, num_heads=None):
     normalisation, class / distillation / register tokens, LayerScale,
     pooling and `pre_logits` width of the model that `weights=` names (with
     the image size of its position table and how its own code resamples
-    that table, for models of run-time resolution), and
+    that table, for models of run-time resolution; for a checkpoint file,
+    its shapes too: patch size, width, depth, heads, MLP width, input shape
+    and its head's class count), and
     the names among them that the file records (its tensors, its
     `config.json` / `preprocessor_config.json`, a Keras model's config).
     The others are its format's conventions (an official `.npz` was trained
@@ -280,7 +296,7 @@ def function_arguments(weights, variant=None, num_heads=None):
             recorded.add("normalization")
     elif layout == "timm" and "mean" in config.get("pretrained_cfg", {}):
         recorded.add("normalization")
-    function = {key: arguments[key] for key in keys}
+    function = {key: arguments[key] for key in keys + _ARCHITECTURE if key in arguments}
     function["base_image_size"] = arguments.get("base_image_size") or arguments["input_shape"][:2]
     function["resample_method"] = arguments.get("resample_method") or source_resample_method(path)
     return function, recorded

@@ -67,7 +67,8 @@ def infer_architecture(path, tensors, num_heads=None):
     config = read_json_beside(path, "config.json")
     if layout in ("official", "keras_vit"):  # kernels with a head axis
         num_heads = shapes["encoderblock_0/attention/qkv_kernel"].shape[2]
-    num_heads = num_heads or config.get("num_attention_heads")
+    else:  # what the file records comes first: a builder checks its own against it
+        num_heads = config.get("num_attention_heads") or num_heads
     if num_heads is None:
         from keras_vit.models.variants import WIDTHS
 

@@ -567,6 +567,50 @@ def test_a_choice_that_contradicts_the_checkpoint_is_refused_naming_both(
     assert max_error(agreeing, classifier_reference[0], 16, "logits") <= 1e-5
 
 
+def test_a_builder_given_a_file_builds_its_size_and_head(classifier_reference):
+    out, _ = classifier_reference
+    path = os.path.join(out, "model.safetensors")
+    # Told only the variant: the file's input size and its trained head.
+    model = keras_vit.VisionTransformer(**ARCH, include_rescaling=False,
+                                        classifier_activation=None, weights=path)
+    assert model.input_shape == (None, 16, 16, 3)
+    assert max_error(model, out, 16, "logits") <= 1e-5
+    # Chosen: another size resamples the table, another class count is a new head.
+    other = keras_vit.VisionTransformer(**ARCH, input_shape=(24, 24, 3), classes=3,
+                                        weights=path)
+    assert other.output_shape == (None, 3)
+    assert not np.any(other.get_layer("head").get_weights()[0])
+    # Shapes that are not the model's: the weight and both shapes named, before any work.
+    for change, message in (
+        ({"hidden_dim": 64}, r"hidden_dim=32, not the hidden_dim=64 .* "
+                             r"'patch_embedding/kernel' has shape \(4, 4, 3, 32\), "
+                             r"the model's \(4, 4, 3, 64\)"),
+        ({"num_layers": 3}, r"num_layers=2, .*its last block is 'encoderblock_1', "
+                            r"the model's 'encoderblock_2'"),
+        ({"mlp_dim": 128}, r"'encoderblock_0/mlp_dense_1/kernel' has shape \(32, 64\), "
+                           r"the model's \(32, 128\)"),
+        ({"num_heads": 8}, r"num_heads=4, not the num_heads=8 .*qkv_kernel' has shape "
+                           r"\(32, 3, 4, 8\), the model's \(32, 3, 8, 4\)"),
+        ({"patch_size": 8}, r"patch_size=\(4, 4\), not the patch_size=\(8, 8\)"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            keras_vit.VisionTransformer(**{**ARCH, **change}, weights=path)
+    # Every difference at once, each weight named once.
+    with pytest.raises(ValueError, match=r"patch_size=\(4, 4\), hidden_dim=32, num_layers=2, "
+                                         r"mlp_dim=64, num_heads=4, not the patch_size=\(16, 16\), "
+                                         r"hidden_dim=192, .*'patch_embedding/kernel' has shape "
+                                         r"\(4, 4, 3, 32\), the model's \(16, 16, 3, 192\); its "
+                                         r"last block"):
+        keras_vit.ViTTi16(weights=path)
+    # from_checkpoint refuses what contradicts the file as the builders do.
+    with pytest.raises(ValueError, match="approximate_gelu=True contradicts"):
+        from_checkpoint(path, approximate_gelu=True)
+    with pytest.raises(ValueError, match="num_heads=2 contradicts"):
+        from_checkpoint(path, num_heads=2)
+    with pytest.raises(TypeError, match="takes no `weights`"):
+        from_checkpoint(path, weights=path)
+
+
 def test_one_model_at_run_time_resolution_matches_the_reference_at_every_size(
     classifier_reference, deit_reference, dinov2_registers_reference,
 ):
