@@ -32,11 +32,13 @@ demo: setup
 # The suites share `.test-cache/` (emptied first): what takes long to make and
 # is the same for every backend is made once (tests/conftest.py,
 # `shared_artifact`). Tests marked backend_independent run in the first
-# backend's suite only.
+# backend's suite only; those that exercise a backend in SPLIT (fresh
+# interpreters of it) run in its parts, which have the room.
 SPLIT ?= jax
 test: setup
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
-	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
+	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_SUITE_SPLIT="$(SPLIT)" \
+	  KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
 	start=$$(date +%s); suites=""; \
 	for backend in $(BACKENDS); do \
 	  parts=1; case " $(SPLIT) " in *" $$backend "*) parts=2;; esac; \

@@ -2,10 +2,14 @@
 
 Markers (`pytest -m`):
 - `backend_independent`: the test's outcome cannot depend on the backend
-  (files, docs, argument parsing, arithmetic). `make test` runs the suite
-  once per backend and names them all in `KERAS_VIT_SUITE_BACKENDS`: these
-  tests run under the first one and are skipped under the others. Without
-  the variable they run under whichever backend runs the suite.
+  of the suite (files, docs, argument parsing, arithmetic, fresh
+  interpreters of a backend of their own). `make test` runs the suite once
+  per backend and names them all in `KERAS_VIT_SUITE_BACKENDS`: these tests
+  run under the first one and are skipped under the others; one that
+  exercises a backend whose suite runs in parts (`KERAS_VIT_SUITE_SPLIT`:
+  the suite with room for more) runs in that suite instead, named by its
+  `backend` parameter or the marker's `exercises=`. Without the variable
+  they run under whichever backend runs the suite.
 - `slow`: over a few seconds (a training, a fresh interpreter, an export).
   `make test-quick` leaves them out.
 """
@@ -40,6 +44,7 @@ INSTALLED_BACKENDS = tuple(
 # The backends that `make test` runs the suite under, side by side, in the
 # order given; unset, this process's backend alone.
 SUITE_BACKENDS = tuple(os.environ.get("KERAS_VIT_SUITE_BACKENDS", BACKEND).split())
+SPLIT_SUITES = tuple(os.environ.get("KERAS_VIT_SUITE_SPLIT", "").split())
 
 
 def keep_jax_compilations_for_the_session():
@@ -166,16 +171,23 @@ def pytest_collection_modifyitems(config, items):
     # has made it (`start_making_shared_artifacts`); each module stays whole.
     readers = {module for module, _ in ARTIFACT_MAKERS.values()}
     items.sort(key=lambda item: str(item.path) in readers)
-    skip = pytest.mark.skip(
-        reason=f"backend-independent: run under KERAS_BACKEND={SUITE_BACKENDS[0]}")
     for item in items:
         if runs_in_another_suite(item):
-            item.add_marker(skip)
+            item.add_marker(pytest.mark.skip(
+                reason=f"backend-independent: run under KERAS_BACKEND={home_suite(item)}"))
+
+
+def home_suite(item):
+    """The backend whose suite runs a backend-independent `item` (see the module's docstring)."""
+    marker = item.get_closest_marker("backend_independent")
+    exercised = (getattr(item, "callspec", None) and item.callspec.params.get("backend")
+                 or marker.kwargs.get("exercises"))
+    return exercised if exercised in SPLIT_SUITES else SUITE_BACKENDS[0]
 
 
 def runs_in_another_suite(item):
-    """Whether `item` is backend-independent and this is not the first backend's suite."""
-    return BACKEND != SUITE_BACKENDS[0] and bool(item.get_closest_marker("backend_independent"))
+    """Whether `item` is backend-independent and this is not the suite that runs it."""
+    return bool(item.get_closest_marker("backend_independent")) and BACKEND != home_suite(item)
 
 
 # A ViT small enough to build and run in milliseconds.
