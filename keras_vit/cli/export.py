@@ -3,6 +3,7 @@ ONNX file, checked against Keras.
 """
 
 import os
+import sys
 
 from keras_vit.cli.common import (
     check_writable,
@@ -91,6 +92,7 @@ def _default_output(args, model):
 def run(args):
     """Exports a saved model as a TF Serving SavedModel or a TFLite file, then checks it."""
     from keras_vit import export
+    from keras_vit.export.graph import agreement_warning
     from keras_vit.export.saved_model import SIGNATURES
 
     try:
@@ -136,12 +138,16 @@ def run(args):
         print(f"checking the export in a TensorFlow-only process on {len(images)} images")
         report = export.check_saved_model(path, model, images, encoded, verbose=progress())
         print(report["signatures"])
+        agreements = []
         for signature in SIGNATURES:
             numbers = report.get(signature)
             if numbers:
                 print(f"{signature}: max abs error {numbers['max_abs_error']:.2e}, "
                       f"top-1 agreement {numbers['top1_agreement']:.2%} "
                       "(TensorFlow-only process, PredictRequest)")
+                agreements.append((numbers["top1_agreement"], len(images)
+                                   if signature != "serving_bytes" else len(encoded)))
+        top1_agreement, count = min(agreements)
     elif args.format == "onnx":
         print(f"checking the export in ONNX Runtime (a process without Keras) on "
               f"{len(images)} images")
@@ -150,6 +156,7 @@ def run(args):
               f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
               f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
               "(2 threads)")
+        top1_agreement, count = report["top1_agreement"], len(images)
     else:
         print(f"checking the export in LiteRT on {len(images)} images")
         report = export.check_tflite(path, model, images, verbose=progress())
@@ -157,4 +164,9 @@ def run(args):
               f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
               f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
               "(2 threads)")
+        top1_agreement, count = report["top1_agreement"], len(images)
+    # Kept, but flagged: the file is the user's to judge.
+    warning = agreement_warning(top1_agreement, count, path)
+    if warning:
+        print(f"keras-vit export: warning: {warning}", file=sys.stderr)
     return 0

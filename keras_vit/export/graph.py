@@ -96,6 +96,30 @@ def as_probabilities(scores, already_probabilities):
     return scores / scores.sum(-1, keepdims=True)
 
 
+# Below this share of images whose top-1 class an export keeps, `keras-vit
+# export` warns: a quantized file that loses points (or collapses) must not
+# pass unnoticed.
+AGREEMENT_WARNING_BELOW = 0.99
+
+
+def agreement_warning(top1_agreement, count, what):
+    """One line saying that `what` agrees too rarely with its Keras model; `None` if it does not.
+
+    Example:
+
+    >>> print(agreement_warning(0.916, 500, "model_int8.tflite"))  # doctest: +NORMALIZE_WHITESPACE
+    model_int8.tflite gives the Keras model's top-1 class for 91.60% of 500 images,
+    below 99%: measure its accuracy before shipping it
+    >>> agreement_warning(0.998, 500, "model.onnx") is None
+    True
+    """
+    if top1_agreement >= AGREEMENT_WARNING_BELOW:
+        return None
+    return (f"{what} gives the Keras model's top-1 class for {top1_agreement:.2%} of {count} "
+            f"images, below {AGREEMENT_WARNING_BELOW:.0%}: measure its accuracy before "
+            "shipping it")
+
+
 def agreement(served, model, images, verbose=0):
     """`max_abs_error` and `top1_agreement` of an export's outputs against `model` on `images`."""
     import numpy as np

@@ -363,9 +363,10 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
 
     assert main(["export", model, "--format", "tflite", "--quantize", "dynamic",
                  "--check-images", "32"]) == 0
-    printed = capsys.readouterr().out
+    printed, warned = capsys.readouterr()
     assert f"exported tflite to {run / 'model_dynamic.tflite'}" in printed
     assert re.search(r"LiteRT: [0-9.]+ MB, max abs error .* ms/image", printed)
+    assert "warning" not in warned  # it keeps the model's answers
 
     image = tmp_path / "boot.png"
     image.write_bytes(tf.io.encode_png(test_images[0].astype("uint8")).numpy())
@@ -387,6 +388,39 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     ):
         with pytest.raises(SystemExit, match=message):
             main(["export", model, "--check-images", "0"] + arguments)
+
+
+@pytest.mark.slow
+def test_an_export_that_loses_the_models_answers_is_kept_and_flagged(tmp_path, capsys):
+    from keras_vit.cli import main
+    from tests.training.test_train_command import write_dataset
+
+    # One LayerNorm channel a thousand times the others, unused by the head: the
+    # float model does not see it, an int8 file's single activation scale for
+    # the tensor leaves the other channels nothing (as real checkpoints'
+    # outlier channels do to naive int8).
+    model = randomize_weights(keras_vit.VisionTransformer(**TINY, classifier_activation=None))
+    gamma, beta = model.get_layer("encoder_norm").get_weights()
+    gamma[0] = 1000.0
+    model.get_layer("encoder_norm").set_weights([gamma, beta])
+    kernel, bias = model.get_layer("head").get_weights()
+    kernel[0] = 0.0
+    model.get_layer("head").set_weights([kernel, bias])
+    os.makedirs(tmp_path / "run")
+    model.save(tmp_path / "run" / "model.keras")
+    data = write_dataset(tmp_path / "data", per_class=8)
+
+    assert main(["export", str(tmp_path / "run" / "model.keras"), "--format", "tflite",
+                 "--quantize", "int8", "--dataset", data, "--calibration-images", "16",
+                 "--check-images", "16"]) == 0
+    printed, warned = capsys.readouterr()
+    agreement = float(re.search(r"top-1 agreement ([0-9.]+)%", printed)[1])
+    assert agreement < 99, printed
+    path = tmp_path / "run" / "model_int8.tflite"
+    assert warned.strip() == (
+        f"keras-vit export: warning: {path} gives the Keras model's top-1 class for "
+        f"{agreement:.2f}% of 16 images, below 99%: measure its accuracy before shipping it")
+    assert path.is_file()  # kept: the user's to judge
 
 
 def test_patch_dropout_leaves_the_exported_graph_unchanged(tmp_path):
