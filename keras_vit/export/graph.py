@@ -121,13 +121,18 @@ def agreement_warning(top1_agreement, count, what):
 
 
 def agreement(served, model, images, verbose=0):
-    """`max_abs_error` and `top1_agreement` of an export's outputs against `model` on `images`."""
+    """`max_abs_error` and `top1_agreement` of an export's outputs against `model` on `images`.
+
+    With `top1_classes`, the export's own top-1 class of each image (to score
+    it against labels).
+    """
     import numpy as np
 
     expected = np.asarray(model.predict(images, verbose=verbose), "float32")
     return {
         "max_abs_error": float(np.max(np.abs(served - expected))),
         "top1_agreement": float(np.mean(served.argmax(-1) == expected.argmax(-1))),
+        "top1_classes": served.argmax(-1).tolist(),
     }
 
 

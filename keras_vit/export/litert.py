@@ -353,7 +353,8 @@ def check_tflite(path, model, images, num_threads=2, latency_runs=50, verbose=0)
 
     Returns:
         dict: `max_abs_error` and `top1_agreement` against `model` on
-        `images`, `bytes` (file size), `latency_ms` (median, one image,
+        `images`, `top1_classes` (the export's top-1 class of each
+        image), `bytes` (file size), `latency_ms` (median, one image,
         `num_threads` threads) and `xnnpack_partitions`
         (`delegate_partitions`).
     """

@@ -153,7 +153,8 @@ def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):
 
     Returns:
         dict: `max_abs_error` and `top1_agreement` against `model` on
-        `images`, `bytes`, `latency_ms` (median, one image, `num_threads`
+        `images`, `top1_classes` (the export's top-1 class of each
+        image), `bytes`, `latency_ms` (median, one image, `num_threads`
         threads), `input` (name and shape as ONNX Runtime sees them) and
         `keras_imported` (False).
     """

@@ -175,7 +175,8 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     are read from the checkpoint (see `infer_architecture`); `overrides`
     change any `VisionTransformer` argument, e.g. `input_shape=(384, 384,
     3)` to fine-tune at a higher resolution (position embeddings
-    resampled), `classes=10` for a new zero-initialised head,
+    resampled), `classes=10` for a new zero-initialised head (on a file
+    without a head too),
     `include_top=False` for features, or `representation_size=None` to drop
     an ImageNet-21k `pre_logits` layer. As for a builder given the file as
     `weights=`, an override that contradicts what the file records of its
@@ -233,7 +234,9 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     # tokens, normalisation, head, resampling) from the file as it does for
     # any `weights=`, and refuses an override that contradicts it.
     architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
-    if arguments["pooling"] is None and not arguments["include_top"]:
+    if "classes" in overrides and "include_top" not in overrides:
+        architecture["include_top"] = True  # a head asked for, the file with one or not
+    elif arguments["pooling"] is None and not arguments["include_top"]:
         architecture["pooling"] = None  # an encoder's file: its tokens
     if resample_method is not None:
         architecture["resample_method"] = resample_method

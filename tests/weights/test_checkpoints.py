@@ -238,6 +238,10 @@ def test_from_checkpoint_follows_the_source(vit_model_reference, classifier_refe
     out, eps = vit_model_reference
     model = from_checkpoint(os.path.join(out, "model.safetensors"), include_rescaling=False)
     assert max_error(model, out, 16, "pooled") <= 1e-4
+    # Asked for classes: a new head on the headless file.
+    headed = from_checkpoint(os.path.join(out, "model.safetensors"), classes=3)
+    assert headed.output_shape == (None, 3)
+    assert not np.any(headed.get_layer("head").get_weights()[0])
     model = from_checkpoint(
         os.path.join(out, "model.safetensors"), include_rescaling=False,
         input_shape=(24, 24, 3), pooling=None, representation_size=None,
