@@ -305,25 +305,24 @@ def VisionTransformer(
             Left unset, `input_shape` and `classes` are the checkpoint's;
             set to another size, the position embeddings are resampled, to
             another class count, the head is new (zero-initialised). A file
-            whose shapes are not the model's
-            (another width, depth, head count, MLP width or patch size) is a
-            `ValueError` naming the weight and both shapes. The model
-            computes the checkpoint's function:
-            the arguments marked "the checkpoint's" below come from the
-            file (a checkpoint's `config.json` beside it, or the registry)
-            unless set, and a set value that contradicts the checkpoint's
-            encoder is a `ValueError` naming both.
+            whose shapes are not the model's (another width, depth, head
+            count, MLP width or patch size) is a `ValueError` naming the
+            weight and both shapes. The model computes the checkpoint's
+            function: the arguments marked "the checkpoint's" below come
+            from the file (a checkpoint's `config.json` beside it, or the
+            registry) unless set, and a set value that contradicts the
+            checkpoint's encoder is a `ValueError` naming both.
         input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
             the image input.
         input_shape: `(height, width, channels)`; defaults to the
             checkpoint's (a registered one's, a file's position table and
-            patch embedding), else `(224, 224, 3)`. Height and width must be
-            multiples of the patch size. `(None, None, channels)` builds a model of run-time
-            resolution: it takes images of any size that is a multiple of
-            the patch size (one size per batch) and resamples its position
-            embeddings inside the graph for each (see `base_image_size`
-            and `resample_method`); a size that is not a multiple is an
-            error naming it when the images arrive.
+            patch embedding), else `(224, 224, 3)`. Height and width must
+            be multiples of the patch size. `(None, None, channels)` builds
+            a model of run-time resolution: it takes images of any size
+            that is a multiple of the patch size (one size per batch) and
+            resamples its position embeddings inside the graph for each
+            (see `base_image_size` and `resample_method`); a size that is
+            not a multiple is an error naming it when the images arrive.
         pooling: default the checkpoint's, else `"token"`: `"token"` (class token), `"gap"` (mean of patch tokens),
             `"token_gap"` (both, concatenated, as DINOv2's classifiers),
             `"map"` (multihead attention pooling: a learned probe attends
