@@ -16,11 +16,9 @@ the libraries wrote is shown if loading them fails.
 `import keras_vit` from Python changes none of these settings.
 """
 
-import contextlib
 import importlib.util
 import os
 import sys
-import tempfile
 
 
 def wants_native_logs(argv, environ=os.environ):
@@ -28,28 +26,22 @@ def wants_native_logs(argv, environ=os.environ):
     return "--verbose" in argv or "TF_CPP_MIN_LOG_LEVEL" in environ
 
 
-@contextlib.contextmanager
-def native_stderr_captured():
-    """Keeps what native code writes to standard error (fd 2) out of the terminal.
+def _native_output():
+    """`keras_vit._native_output`, loaded from its file without importing `keras_vit`.
 
-    What was written is shown if the block fails, so an error keeps its
-    context. `keras_vit.export` uses it too (TFLite's converter prints its
-    settings on every quantised conversion).
+    Importing the package imports Keras, which fixes its backend and loads
+    TensorFlow: this module must act first. The module is registered under
+    its own name, so the package's later imports of it get this one.
     """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    name = "keras_vit._native_output"
+    if name not in sys.modules:
+        package = importlib.util.find_spec("keras_vit")
+        location = os.path.join(list(package.submodule_search_locations)[0], "_native_output.py")
+        spec = importlib.util.spec_from_file_location(name, location)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def load_tensorflow_quietly():
@@ -60,7 +52,7 @@ def load_tensorflow_quietly():
     """
     if importlib.util.find_spec("tensorflow") is None:
         return
-    with native_stderr_captured():
+    with _native_output().native_stderr_captured():
         import tensorflow as tf
 
         tf.config.list_physical_devices()

@@ -27,8 +27,10 @@ ALLOWED = {
 }
 
 
-# `_compat` (every private Keras / TensorFlow / LiteRT name) sits below them all.
-ALLOWED = {part: allowed | {"_compat"} for part, allowed in ALLOWED.items()}
+# `_compat` (every private Keras / TensorFlow / LiteRT name) and `_native_output`
+# (standard library only: the console script loads it first) sit below them all.
+BELOW_ALL = {"_compat", "_native_output"}
+ALLOWED = {part: allowed | BELOW_ALL for part, allowed in ALLOWED.items()}
 
 
 def imported_parts(path):
@@ -45,7 +47,7 @@ def imported_parts(path):
             pieces = name.split(".")
             if pieces[0] == "keras_vit" and len(pieces) > 1:
                 parts.add(pieces[1])
-    return parts & (set(ALLOWED) | {"cli", "_compat"})
+    return parts & (set(ALLOWED) | {"cli"} | BELOW_ALL)
 
 
 def modules_of(folder):
@@ -65,6 +67,33 @@ def test_every_part_imports_only_the_parts_below_it():
     violations += [f"keras_vit/_compat.py imports keras_vit.{other}"
                    for other in sorted(imported_parts(os.path.join(PACKAGE, "_compat.py")))]
     assert not violations, "\n".join(violations)
+
+
+def imported_modules(path):
+    """The top-level names of every module `path` imports (absolute imports)."""
+    tree = ast.parse(open(path).read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_package_never_imports_the_console_script_and_its_first_module_only_the_stdlib():
+    import sys
+
+    importing = [os.path.relpath(path, ROOT) for path in modules_of(PACKAGE)
+                 if "keras_vit_launcher" in imported_modules(path)]
+    assert not importing, importing  # the package works without the launcher beside it
+    # The launcher loads `_native_output` before Keras or TensorFlow may load.
+    beyond = imported_modules(os.path.join(PACKAGE, "_native_output.py")) - set(
+        sys.stdlib_module_names)
+    assert not beyond, beyond
+    # The launcher: TensorFlow (loaded quietly), then keras_vit's `cli`.
+    assert imported_modules(os.path.join(ROOT, "keras_vit_launcher.py")) - set(
+        sys.stdlib_module_names) == {"tensorflow", "keras_vit"}
 
 
 def test_the_check_sees_lazy_imports(tmp_path):

@@ -17,8 +17,8 @@ import keras
 import numpy as np
 
 from keras_vit._compat import litert_ops
+from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import graph
-from keras_vit_launcher import native_stderr_captured
 
 QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full")
 # Ops that "int8" leaves in float32: XNNPACK has no fast int8 kernels for

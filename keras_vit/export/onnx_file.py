@@ -17,8 +17,8 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import graph
-from keras_vit_launcher import native_stderr_captured
 
 
 def metadata_path(path):
