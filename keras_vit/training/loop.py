@@ -107,9 +107,6 @@ def checkpoint_architecture(weights):
     return infer_architecture(path, read_tensors(path))[1]
 
 
-    # JAX: XLA's CPU kernels are deterministic already.
-
-
 def check_data_layout(dataset, validation_split):
     """Refuses, before any data is read, a folder without test images and no held-out split."""
     from keras_vit import data as vit_data

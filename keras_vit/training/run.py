@@ -306,6 +306,7 @@ def deterministic_kernels():
         import torch
 
         torch.use_deterministic_algorithms(True)
+    # JAX: XLA's CPU kernels are deterministic already.
 
 
 def _epoch_csv_logger():
