@@ -15,7 +15,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # The machine's local CPU wheel of torch, where there is one.
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels)
 
-.PHONY: demo test test-quick test-keras setup clean
+.PHONY: demo test test-quick test-keras lint format setup clean
 
 demo: setup
 	$(BIN)/keras-vit demo
@@ -35,7 +35,7 @@ demo: setup
 # backend's suite only; those that exercise a backend in SPLIT (fresh
 # interpreters of it) run in its parts, which have the room.
 SPLIT ?= jax
-test: setup
+test: setup lint
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
 	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_SUITE_SPLIT="$(SPLIT)" \
 	  KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
@@ -64,6 +64,16 @@ test: setup
 	done; \
 	if [ -n "$$failed" ]; then echo "FAILED on:$$failed"; exit 1; fi; \
 	echo "all backends passed: $(BACKENDS) in $$(( $$(date +%s) - start )) s"
+
+# The code's format and lint rules (pyproject.toml's [tool.ruff]), checked
+# before the suites; `make format` applies them.
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
 
 # The inner loop: one backend, the tests not marked slow (no training runs,
 # fresh interpreters or exports), in about 1.5 minutes.

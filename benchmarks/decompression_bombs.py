@@ -69,9 +69,13 @@ def bombs(size):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=23000,
-                        help="declared width and height (TensorFlow's PNG decoder refuses "
-                             "more than about 2**29 pixels by itself)")
+    parser.add_argument(
+        "--size",
+        type=int,
+        default=23000,
+        help="declared width and height (TensorFlow's PNG decoder refuses "
+        "more than about 2**29 pixels by itself)",
+    )
     parser.add_argument("--modes", nargs="+", default=["bounded", "unbounded"])
     args = parser.parse_args()
     environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": ROOT}
@@ -81,8 +85,12 @@ def main():
             with open(path, "wb") as f:
                 f.write(data)
             for mode in args.modes:
-                done = subprocess.run([sys.executable, "-c", CASE, path, mode], env=environment,
-                                      capture_output=True, text=True)
+                done = subprocess.run(
+                    [sys.executable, "-c", CASE, path, mode],
+                    env=environment,
+                    capture_output=True,
+                    text=True,
+                )
                 row = {"file": name, "bytes": len(data), "mode": mode}
                 if done.returncode:
                     row["outcome"] = f"process died (exit {done.returncode})"

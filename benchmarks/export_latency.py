@@ -42,8 +42,12 @@ def build(name):
         return keras.saving.load_model(name, compile=False)
     architecture = TINY if name == "tiny" else keras_vit.decode_variant(name)
     model = keras_vit.VisionTransformer(
-        **architecture, input_shape=(32, 32, 3) if name == "tiny" else (224, 224, 3), classes=10,
-        classifier_activation=None, seed=0, name=name.replace("/", "_"),
+        **architecture,
+        input_shape=(32, 32, 3) if name == "tiny" else (224, 224, 3),
+        classes=10,
+        classifier_activation=None,
+        seed=0,
+        name=name.replace("/", "_"),
     )
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(0).normal(0, 0.05, head.kernel.shape))
@@ -103,11 +107,17 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as directory:
             for mode in args.modes:
                 if mode == "keras":
-                    print(json.dumps({
-                        "model": name, "mode": "keras",
-                        "latency_ms": round(keras_latency_ms(model, test[0], args.runs), 2),
-                        "backend": keras.backend.backend(),
-                    }), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "model": name,
+                                "mode": "keras",
+                                "latency_ms": round(keras_latency_ms(model, test[0], args.runs), 2),
+                                "backend": keras.backend.backend(),
+                            }
+                        ),
+                        flush=True,
+                    )
                     continue
                 start = time.perf_counter()
                 if mode == "onnx":
@@ -115,24 +125,34 @@ def main(argv=None):
                     keras_vit.export.onnx(model, path)
                     convert_seconds = time.perf_counter() - start
                     report = keras_vit.export.check_onnx(
-                        path, model, test, num_threads=args.threads, latency_runs=args.runs)
+                        path, model, test, num_threads=args.threads, latency_runs=args.runs
+                    )
                 else:
                     path = os.path.join(directory, f"{mode}.tflite")
-                    keras_vit.export.tflite(model, path, quantization=mode,
-                                            representative_data=calibration)
+                    keras_vit.export.tflite(
+                        model, path, quantization=mode, representative_data=calibration
+                    )
                     convert_seconds = time.perf_counter() - start
                     report = keras_vit.export.check_tflite(
                         path, model, test, num_threads=args.threads, latency_runs=args.runs
                     )
-                print(json.dumps({
-                    "model": name, "mode": mode, "mb": round(report["bytes"] / 1e6, 2),
-                    "latency_ms": round(report["latency_ms"], 2),
-                    "max_abs_error": float(f"{report['max_abs_error']:.3g}"),
-                    "top1_agreement": round(report["top1_agreement"], 4),
-                    "xnnpack_partitions": report.get("xnnpack_partitions"),
-                    "images": len(test), "threads": args.threads,
-                    "convert_s": round(convert_seconds, 1),
-                }), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "model": name,
+                            "mode": mode,
+                            "mb": round(report["bytes"] / 1e6, 2),
+                            "latency_ms": round(report["latency_ms"], 2),
+                            "max_abs_error": float(f"{report['max_abs_error']:.3g}"),
+                            "top1_agreement": round(report["top1_agreement"], 4),
+                            "xnnpack_partitions": report.get("xnnpack_partitions"),
+                            "images": len(test),
+                            "threads": args.threads,
+                            "convert_s": round(convert_seconds, 1),
+                        }
+                    ),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

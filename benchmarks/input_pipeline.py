@@ -33,10 +33,17 @@ def main():
             start = time.perf_counter()
             images = sum(int(x.shape[0]) for x, _ in dataset.data)
             seconds = time.perf_counter() - start
-            print(json.dumps({
-                "pipeline": name, "epoch": epoch, "images": images,
-                "seconds": round(seconds, 2), "images_per_s": round(images / seconds),
-            }))
+            print(
+                json.dumps(
+                    {
+                        "pipeline": name,
+                        "epoch": epoch,
+                        "images": images,
+                        "seconds": round(seconds, 2),
+                        "images_per_s": round(images / seconds),
+                    }
+                )
+            )
 
 
 if __name__ == "__main__":

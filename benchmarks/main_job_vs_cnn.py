@@ -88,15 +88,25 @@ def train_cnn(quick, seed=0):
         padded = tf.pad(images, [[0, 0], [2, 2], [2, 2], [0, 0]])
         return tf.image.random_crop(padded, tf.shape(images), seed=seed), labels
 
-    train = (tf.data.Dataset.from_tensor_slices((train_images.astype("float32"), train_labels))
-             .shuffle(len(train_images), seed=seed).batch(batch, drop_remainder=True)
-             .map(augment).with_options(options).prefetch(2))
-    test = (tf.data.Dataset.from_tensor_slices((test_images.astype("float32"), test_labels))
-            .batch(512).with_options(options).prefetch(2))
+    train = (
+        tf.data.Dataset.from_tensor_slices((train_images.astype("float32"), train_labels))
+        .shuffle(len(train_images), seed=seed)
+        .batch(batch, drop_remainder=True)
+        .map(augment)
+        .with_options(options)
+        .prefetch(2)
+    )
+    test = (
+        tf.data.Dataset.from_tensor_slices((test_images.astype("float32"), test_labels))
+        .batch(512)
+        .with_options(options)
+        .prefetch(2)
+    )
     model = build_cnn()
     model.compile(
-        optimizer=keras.optimizers.AdamW(keras.optimizers.schedules.CosineDecay(2e-3, steps),
-                                         weight_decay=1e-4),
+        optimizer=keras.optimizers.AdamW(
+            keras.optimizers.schedules.CosineDecay(2e-3, steps), weight_decay=1e-4
+        ),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
@@ -111,8 +121,12 @@ def train_cnn(quick, seed=0):
 
     model.fit(train, epochs=epochs, callbacks=[EpochTimes()], verbose=2)
     _, accuracy = model.evaluate(test, verbose=0)
-    return {"test_accuracy": float(accuracy), "epoch_seconds": times,
-            "parameters": model.count_params(), "seed": seed}
+    return {
+        "test_accuracy": float(accuracy),
+        "epoch_seconds": times,
+        "parameters": model.count_params(),
+        "seed": seed,
+    }
 
 
 def write_folder(root, quick):
@@ -121,8 +135,10 @@ def write_folder(root, quick):
     from PIL import Image
 
     (train_images, train_labels), (test_images, test_labels) = fashion_mnist(quick)
-    for split, images, labels in (("train", train_images, train_labels),
-                                  ("test", test_images, test_labels)):
+    for split, images, labels in (
+        ("train", train_images, train_labels),
+        ("test", test_images, test_labels),
+    ):
         for index, (image, label) in enumerate(zip(images, labels)):
             folder = os.path.join(root, split, f"class_{int(label)}")
             os.makedirs(folder, exist_ok=True)
@@ -144,15 +160,27 @@ def run_process(command, backend):
 def run_cnn(backend, quick, seed):
     command = [sys.executable, os.path.abspath(__file__), "--child-cnn", "--seed", str(seed)]
     stdout, wall = run_process(command + (["--quick"] if quick else []), backend)
-    return {"model": "cnn", "backend": backend, "wall_seconds": wall,
-            **json.loads(stdout.strip().splitlines()[-1])}
+    return {
+        "model": "cnn",
+        "backend": backend,
+        "wall_seconds": wall,
+        **json.loads(stdout.strip().splitlines()[-1]),
+    }
 
 
 def run_vit(backend, quick, folder, seed):
     output = tempfile.mkdtemp(prefix="keras_vit_main_job_")
     try:
-        command = [sys.executable, "-m", "keras_vit_launcher", "train", "--output-dir", output,
-                   "--seed", str(seed)]
+        command = [
+            sys.executable,
+            "-m",
+            "keras_vit_launcher",
+            "train",
+            "--output-dir",
+            output,
+            "--seed",
+            str(seed),
+        ]
         if quick:
             command += ["--dataset", folder, "--epochs", "1", "--image-size", "28"]
         stdout, wall = run_process(command, backend)
@@ -163,16 +191,23 @@ def run_vit(backend, quick, folder, seed):
     finally:
         shutil.rmtree(output, ignore_errors=True)
     epochs = [int(s) for s in re.findall(r"^\d+/\d+ - (\d+)s - ", stdout, re.MULTILINE)]
-    return {"model": "vit", "backend": backend, "seed": settings["seed"], "wall_seconds": wall,
-            "test_accuracy": metrics["test_accuracy"], "epoch_seconds": epochs,
-            "parameters": metrics["parameters"]}
+    return {
+        "model": "vit",
+        "backend": backend,
+        "seed": settings["seed"],
+        "wall_seconds": wall,
+        "test_accuracy": metrics["test_accuracy"],
+        "epoch_seconds": epochs,
+        "parameters": metrics["parameters"],
+    }
 
 
 def gemm_gflops(size=4096):
     """TensorFlow's fp32 size^3 matmul rate, median of 5, in a fresh process."""
     code = (
         "import time, numpy as np, tensorflow as tf\n"
-        f"x = tf.constant(np.random.default_rng(0).normal(size=({size}, {size})).astype('float32'))\n"
+        f"x = np.random.default_rng(0).normal(size=({size}, {size})).astype('float32')\n"
+        "x = tf.constant(x)\n"
         "f = tf.function(lambda: tf.matmul(x, x)); f().numpy()\n"
         "times = []\n"
         "for _ in range(5):\n"
@@ -189,6 +224,7 @@ def summarise(rounds):
     A round without a CNN run (a backend left out of `--cnn-backends`) counts
     for the ViT's own medians and the comparison with TensorFlow only.
     """
+
     def median_of(runs, model, key):
         return statistics.median(r[model][key] for r in runs)
 
@@ -204,24 +240,28 @@ def summarise(rounds):
             "median_vit_second_epoch_seconds": median_second_epoch(own),
         }
         if paired:
-            summary[backend].update({
-                "accuracy_points_vit_minus_cnn": [round(p, 2) for p in points],
-                "time_ratio_vit_over_cnn": [round(t, 3) for t in ratios],
-                "median_accuracy_points": round(statistics.median(points), 2),
-                "median_time_ratio": round(statistics.median(ratios), 3),
-                "median_cnn_accuracy": median_of(paired, "cnn", "test_accuracy"),
-                "median_cnn_seconds": round(median_of(paired, "cnn", "wall_seconds"), 1),
-            })
+            summary[backend].update(
+                {
+                    "accuracy_points_vit_minus_cnn": [round(p, 2) for p in points],
+                    "time_ratio_vit_over_cnn": [round(t, 3) for t in ratios],
+                    "median_accuracy_points": round(statistics.median(points), 2),
+                    "median_time_ratio": round(statistics.median(ratios), 3),
+                    "median_cnn_accuracy": median_of(paired, "cnn", "test_accuracy"),
+                    "median_cnn_seconds": round(median_of(paired, "cnn", "wall_seconds"), 1),
+                }
+            )
     tensorflow = summary.get("tensorflow", {})
     for backend, row in summary.items():
         epoch = row["median_vit_second_epoch_seconds"]
         if backend == "tensorflow" or not tensorflow:
             continue
         row["vit_accuracy_points_minus_tensorflow"] = round(
-            100 * (row["median_vit_accuracy"] - tensorflow["median_vit_accuracy"]), 2)
+            100 * (row["median_vit_accuracy"] - tensorflow["median_vit_accuracy"]), 2
+        )
         if epoch and tensorflow["median_vit_second_epoch_seconds"]:
             row["vit_second_epoch_over_tensorflow"] = round(
-                epoch / tensorflow["median_vit_second_epoch_seconds"], 3)
+                epoch / tensorflow["median_vit_second_epoch_seconds"], 3
+            )
     return summary
 
 
@@ -233,25 +273,38 @@ def median_second_epoch(runs):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", nargs="+", default=["tensorflow"],
-                        choices=("tensorflow", "jax", "torch"))
-    parser.add_argument("--cnn-backends", nargs="*", default=None,
-                        choices=("tensorflow", "jax", "torch"),
-                        help="the backends the CNN runs on too (default: all of --backends); "
-                             "e.g. the ViT on JAX against TensorFlow's without JAX's slow CNN")
+    parser.add_argument(
+        "--backends", nargs="+", default=["tensorflow"], choices=("tensorflow", "jax", "torch")
+    )
+    parser.add_argument(
+        "--cnn-backends",
+        nargs="*",
+        default=None,
+        choices=("tensorflow", "jax", "torch"),
+        help="the backends the CNN runs on too (default: all of --backends); "
+        "e.g. the ViT on JAX against TensorFlow's without JAX's slow CNN",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 epoch on 1,024 images")
     parser.add_argument("--json", default=None, help="write the results here")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="round r trains both models with seed SEED + r (default: 0)")
-    parser.add_argument("--fixed-seed", action="store_true",
-                        help="every round with seed SEED: the same runs timed again")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="round r trains both models with seed SEED + r (default: 0)",
+    )
+    parser.add_argument(
+        "--fixed-seed",
+        action="store_true",
+        help="every round with seed SEED: the same runs timed again",
+    )
     parser.add_argument("--child-cnn", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     cnn_backends = args.backends if args.cnn_backends is None else args.cnn_backends
     if not set(cnn_backends) <= set(args.backends):
-        parser.error(f"--cnn-backends must be among --backends {args.backends}. "
-                     f"Received: {cnn_backends}")
+        parser.error(
+            f"--cnn-backends must be among --backends {args.backends}. Received: {cnn_backends}"
+        )
     if args.child_cnn:
         print(json.dumps(train_cnn(args.quick, args.seed)))
         return
@@ -262,8 +315,10 @@ def main():
         # cores would only slow what runs beside it.
         gemm_size = 1024 if args.quick else 4096
         results = {"gemm_fp32_gflops": gemm_gflops(gemm_size), "quick": args.quick, "rounds": []}
-        print(f"GEMM {gemm_size}^3 fp32 (TensorFlow): {results['gemm_fp32_gflops']} GFLOP/s",
-              flush=True)
+        print(
+            f"GEMM {gemm_size}^3 fp32 (TensorFlow): {results['gemm_fp32_gflops']} GFLOP/s",
+            flush=True,
+        )
         for index in range(args.rounds):
             seed = args.seed if args.fixed_seed else args.seed + index
             for backend in args.backends:
@@ -273,31 +328,46 @@ def main():
                     order = ("vit",)
                 runs = {}
                 for model in order:
-                    runs[model] = (run_cnn(backend, args.quick, seed) if model == "cnn"
-                                   else run_vit(backend, args.quick, folder, seed))
+                    runs[model] = (
+                        run_cnn(backend, args.quick, seed)
+                        if model == "cnn"
+                        else run_vit(backend, args.quick, folder, seed)
+                    )
                     run = runs[model]
-                    print(f"round {index + 1} {backend} {model} seed {seed}: accuracy "
-                          f"{run['test_accuracy']:.4f}, {run['wall_seconds']} s, epochs "
-                          f"{run['epoch_seconds']}", flush=True)
+                    print(
+                        f"round {index + 1} {backend} {model} seed {seed}: accuracy "
+                        f"{run['test_accuracy']:.4f}, {run['wall_seconds']} s, epochs "
+                        f"{run['epoch_seconds']}",
+                        flush=True,
+                    )
                 results["rounds"].append(runs)
     results["summary"] = summarise(results["rounds"])
-    print("\n| backend | ViT accuracy | CNN accuracy | ViT - CNN (points) | ViT s | CNN s "
-          "| ViT / CNN time |")
+    print(
+        "\n| backend | ViT accuracy | CNN accuracy | ViT - CNN (points) | ViT s | CNN s "
+        "| ViT / CNN time |"
+    )
     print("|---|---|---|---|---|---|---|")
     for backend, row in results["summary"].items():
         if "median_cnn_accuracy" in row:
-            cnn = (f"{row['median_cnn_accuracy']:.2%} | {row['median_accuracy_points']:+.2f} | "
-                   f"{row['median_vit_seconds']} | {row['median_cnn_seconds']} | "
-                   f"{row['median_time_ratio']:.2f}x")
+            cnn = (
+                f"{row['median_cnn_accuracy']:.2%} | {row['median_accuracy_points']:+.2f} | "
+                f"{row['median_vit_seconds']} | {row['median_cnn_seconds']} | "
+                f"{row['median_time_ratio']:.2f}x"
+            )
         else:
             cnn = f"- | - | {row['median_vit_seconds']} | - | -"
         print(f"| {backend} | {row['median_vit_accuracy']:.2%} | {cnn} |")
     for backend, row in results["summary"].items():
         if "vit_accuracy_points_minus_tensorflow" in row:
-            epochs = (f"second epoch {row['vit_second_epoch_over_tensorflow']:.2f}x, "
-                      if "vit_second_epoch_over_tensorflow" in row else "")
-            print(f"ViT on {backend} against tensorflow: {epochs}accuracy "
-                  f"{row['vit_accuracy_points_minus_tensorflow']:+.2f} points")
+            epochs = (
+                f"second epoch {row['vit_second_epoch_over_tensorflow']:.2f}x, "
+                if "vit_second_epoch_over_tensorflow" in row
+                else ""
+            )
+            print(
+                f"ViT on {backend} against tensorflow: {epochs}accuracy "
+                f"{row['vit_accuracy_points_minus_tensorflow']:+.2f} points"
+            )
     print(f"(medians of {args.rounds} round(s); GEMM {results['gemm_fp32_gflops']} GFLOP/s)")
     if args.json:
         with open(args.json, "w") as f:

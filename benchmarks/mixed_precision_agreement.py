@@ -29,8 +29,7 @@ def test_images(limit=None, batch_size=500):
 
     from keras_vit import data as vit_data
 
-    test = vit_data.load("fashion_mnist", "test", image_size=28, channels=1,
-                         batch_size=batch_size)
+    test = vit_data.load("fashion_mnist", "test", image_size=28, channels=1, batch_size=batch_size)
     images, labels = [], []
     for x, y in test.data.as_numpy_iterator():
         images.append(x)
@@ -87,8 +86,7 @@ def train_main_job(output_dir, extra):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", default=None,
-                        help="a finished `keras-vit train` output directory")
+    parser.add_argument("--run", default=None, help="a finished `keras-vit train` output directory")
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args, extra = parser.parse_known_args(argv)
@@ -109,7 +107,8 @@ def main(argv=None):
             done = subprocess.run(
                 [sys.executable, __file__, "--worker", model_path],
                 env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"),
-                capture_output=True, text=True,
+                capture_output=True,
+                text=True,
             )
             if done.returncode:
                 result = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}

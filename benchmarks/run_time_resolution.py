@@ -35,8 +35,7 @@ def gemm_rate(size):
     import keras
     import numpy as np
 
-    a = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(size, size)),
-                                    "float32")
+    a = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(size, size)), "float32")
     product = keras.ops.convert_to_numpy(keras.ops.matmul(a, a))  # warm-up
     times = []
     for _ in range(5):
@@ -72,7 +71,8 @@ def measure(config, rounds, batch):
         model = build((size, size, 3))
         # The same weights, the table resampled once as a checkpoint load does.
         keras_vit.weights.assign_canonical(
-            model, {w.path: keras.ops.convert_to_numpy(w) for w in dynamic.weights})
+            model, {w.path: keras.ops.convert_to_numpy(w) for w in dynamic.weights}
+        )
         fixed[size] = model
         images[size] = rng.uniform(0, 255, (batch, size, size, 3)).astype("float32")
         a = np.asarray(dynamic.predict_on_batch(images[size]))
@@ -90,14 +90,21 @@ def measure(config, rounds, batch):
     for size in config["sizes"]:
         fixed_ms = 1e3 * statistics.median(times[size]["fixed"])
         dynamic_ms = 1e3 * statistics.median(times[size]["dynamic"])
-        rows.append({
-            "size": size, "batch": batch, "fixed_ms": round(fixed_ms, 2),
-            "dynamic_ms": round(dynamic_ms, 2),
-            "overhead_percent": round(100 * (dynamic_ms / fixed_ms - 1), 2),
-            "max_abs_difference": agreement[size],
-        })
-    return {"backend": keras.backend.backend(), "gemm_gflops": round(gemm_rate(config["gemm"]), 1),
-            "rows": rows}
+        rows.append(
+            {
+                "size": size,
+                "batch": batch,
+                "fixed_ms": round(fixed_ms, 2),
+                "dynamic_ms": round(dynamic_ms, 2),
+                "overhead_percent": round(100 * (dynamic_ms / fixed_ms - 1), 2),
+                "max_abs_difference": agreement[size],
+            }
+        )
+    return {
+        "backend": keras.backend.backend(),
+        "gemm_gflops": round(gemm_rate(config["gemm"]), 1),
+        "rows": rows,
+    }
 
 
 def main(argv=None):
@@ -115,25 +122,40 @@ def main(argv=None):
         return 0
     results = []
     for backend in args.backends:
-        command = [sys.executable, os.path.abspath(__file__), "--child", backend,
-                   "--rounds", str(args.rounds), "--batch", str(args.batch)]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            backend,
+            "--rounds",
+            str(args.rounds),
+            "--batch",
+            str(args.batch),
+        ]
         if args.quick:
             command.append("--quick")
-        done = subprocess.run(command, capture_output=True, text=True,
-                              env={**os.environ, "KERAS_BACKEND": backend})
+        done = subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, "KERAS_BACKEND": backend}
+        )
         if done.returncode:
             sys.stderr.write(done.stdout + done.stderr)
             raise SystemExit(f"the {backend} child failed (exit {done.returncode})")
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    print(f"ViT-{config['variant']} inference, fixed size vs run-time resolution "
-          f"(table at {config['base']} px), batch {args.batch}, median of {args.rounds}")
-    print(f"{'backend':<11} {'GEMM GFLOP/s':>12} {'size':>5} {'fixed ms':>9} "
-          f"{'any-size ms':>11} {'overhead':>9} {'max |diff|':>10}")
+    print(
+        f"ViT-{config['variant']} inference, fixed size vs run-time resolution "
+        f"(table at {config['base']} px), batch {args.batch}, median of {args.rounds}"
+    )
+    print(
+        f"{'backend':<11} {'GEMM GFLOP/s':>12} {'size':>5} {'fixed ms':>9} "
+        f"{'any-size ms':>11} {'overhead':>9} {'max |diff|':>10}"
+    )
     for result in results:
         for row in result["rows"]:
-            print(f"{result['backend']:<11} {result['gemm_gflops']:>12} {row['size']:>5} "
-                  f"{row['fixed_ms']:>9.1f} {row['dynamic_ms']:>11.1f} "
-                  f"{row['overhead_percent']:>8.1f}% {row['max_abs_difference']:>10.1e}")
+            print(
+                f"{result['backend']:<11} {result['gemm_gflops']:>12} {row['size']:>5} "
+                f"{row['fixed_ms']:>9.1f} {row['dynamic_ms']:>11.1f} "
+                f"{row['overhead_percent']:>8.1f}% {row['max_abs_difference']:>10.1e}"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -67,14 +67,14 @@ QUICK = {
 GPU = {
     "gemm_size": 8192,
     "gemm_dtypes": ("bfloat16",),
-    "training": dict(variant="B/16", image_size=224, batch=256, steps=20,
-                     precision="mixed_bfloat16"),
+    "training": dict(
+        variant="B/16", image_size=224, batch=256, steps=20, precision="mixed_bfloat16"
+    ),
 }
 GPU_QUICK = {
     "gemm_size": 128,
     "gemm_dtypes": ("bfloat16",),
-    "training": dict(variant="tiny", image_size=32, batch=4, steps=2,
-                     precision="mixed_bfloat16"),
+    "training": dict(variant="tiny", image_size=32, batch=4, steps=2, precision="mixed_bfloat16"),
 }
 # Dense bf16 peaks from the vendors' datasheets (FLOP/s), by device name.
 BF16_PEAKS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12, "L4": 121e12}
@@ -133,15 +133,13 @@ def gemm(backend, size, dtype):
             last[0] = matmul(x)
 
         finish = lambda: last[0].block_until_ready()  # noqa: E731
-        seconds = (pipelined(step, 20, finish) if gpu
-                   else timed(lambda: (step(), finish()), steps=5))
+        seconds = pipelined(step, 20, finish) if gpu else timed(lambda: (step(), finish()), steps=5)
     else:
         import torch
 
         x = torch.tensor(a, device=torch_device()).to(getattr(torch, dtype))
         step = lambda: torch.matmul(x, x)  # noqa: E731
-        seconds = (pipelined(step, 20, synchronize_torch) if gpu
-                   else timed(step, steps=5))
+        seconds = pipelined(step, 20, synchronize_torch) if gpu else timed(step, steps=5)
     return {"gflops": 2 * size**3 / seconds / 1e9, "seconds": seconds, **gpu}
 
 
@@ -221,14 +219,22 @@ def keras_model(library, variant, image_size, patch_dropout_rate=0.0):
         import keras_vit
 
         return keras_vit.VisionTransformer(
-            **arch, input_shape=shape, classes=CLASSES, classifier_activation=None,
-            include_rescaling=False, patch_dropout_rate=patch_dropout_rate,
+            **arch,
+            input_shape=shape,
+            classes=CLASSES,
+            classifier_activation=None,
+            include_rescaling=False,
+            patch_dropout_rate=patch_dropout_rate,
         )
     import keras_hub
 
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=shape, patch_size=arch["patch_size"], num_layers=arch["num_layers"],
-        num_heads=arch["num_heads"], hidden_dim=arch["hidden_dim"], mlp_dim=arch["mlp_dim"],
+        image_shape=shape,
+        patch_size=arch["patch_size"],
+        num_layers=arch["num_layers"],
+        num_heads=arch["num_heads"],
+        hidden_dim=arch["hidden_dim"],
+        mlp_dim=arch["mlp_dim"],
     )
     model = keras_hub.models.ViTImageClassifier(backbone, num_classes=CLASSES)
     assert isinstance(model, keras.Model)
@@ -241,9 +247,13 @@ def hf_model(variant, image_size):
 
     arch = architecture(variant)
     config = ViTConfig(
-        image_size=image_size, patch_size=arch["patch_size"], hidden_size=arch["hidden_dim"],
-        num_hidden_layers=arch["num_layers"], num_attention_heads=arch["num_heads"],
-        intermediate_size=arch["mlp_dim"], num_labels=CLASSES,
+        image_size=image_size,
+        patch_size=arch["patch_size"],
+        hidden_size=arch["hidden_dim"],
+        num_hidden_layers=arch["num_layers"],
+        num_attention_heads=arch["num_heads"],
+        intermediate_size=arch["mlp_dim"],
+        num_labels=CLASSES,
     )
     torch.manual_seed(0)
     return ViTForImageClassification(config)
@@ -253,7 +263,9 @@ def inputs(batch, image_size, channels_first=False):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    shape = (batch, 3, image_size, image_size) if channels_first else (batch, image_size, image_size, 3)
+    shape = (
+        (batch, 3, image_size, image_size) if channels_first else (batch, image_size, image_size, 3)
+    )
     return rng.uniform(-1, 1, shape).astype("float32"), rng.integers(0, CLASSES, batch)
 
 
@@ -280,8 +292,16 @@ def inference(library, variant, image_size, batch, steps, precision="float32", j
     return {"images_per_second": batch / seconds}
 
 
-def training(library, variant, image_size, batch, steps, jit_compile="auto",
-             precision="float32", patch_dropout_rate=0.0):
+def training(
+    library,
+    variant,
+    image_size,
+    batch,
+    steps,
+    jit_compile="auto",
+    precision="float32",
+    patch_dropout_rate=0.0,
+):
     """Images/s of AdamW training steps, and the process's peak memory.
 
     On a GPU the batch is placed on it once, so that the steps measure the
@@ -310,7 +330,8 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
         x, y = torch.tensor(x, device=device), torch.tensor(y, device=device)
         autocast = (
             (lambda: torch.autocast(device, dtype=torch.bfloat16))
-            if precision == "mixed_bfloat16" else contextlib.nullcontext
+            if precision == "mixed_bfloat16"
+            else contextlib.nullcontext
         )
 
         def step():
@@ -320,8 +341,11 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
             loss.backward()
             optimizer.step()
 
-        seconds = (pipelined(step, steps, finish=synchronize_torch) if gpu
-                   else timed(step, steps, warmup=1))
+        seconds = (
+            pipelined(step, steps, finish=synchronize_torch)
+            if gpu
+            else timed(step, steps, warmup=1)
+        )
     else:
         keras.config.set_dtype_policy(precision)
         model = keras_model(library, variant, image_size, patch_dropout_rate)
@@ -335,10 +359,12 @@ def training(library, variant, image_size, batch, steps, jit_compile="auto",
             arch = architecture(variant)
             tokens = (image_size // arch["patch_size"]) ** 2 + 1
             extra["fused_attention"] = jax_attention_is_fused(
-                arch["hidden_dim"], arch["num_heads"], tokens)
+                arch["hidden_dim"], arch["num_heads"], tokens
+            )
         if gpu:
             seconds = fit_seconds_per_step(
-                model, keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y), steps)
+                model, keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y), steps
+            )
         else:
             seconds = timed(lambda: model.train_on_batch(x, y), steps, warmup=1)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
@@ -405,10 +431,19 @@ def main_job(steps):
     from keras_vit.training import get_recipe
     from keras_vit.training.loop import model_arguments
 
-    data = vit_data.load("fashion_mnist", "train", training=True, crop_scale=None,
-                         image_size=28, channels=1, batch_size=128)
+    data = vit_data.load(
+        "fashion_mnist",
+        "train",
+        training=True,
+        crop_scale=None,
+        image_size=28,
+        channels=1,
+        batch_size=128,
+    )
     model = keras_vit.VisionTransformer(
-        **model_arguments("small"), input_shape=(28, 28, 1), classes=10,
+        **model_arguments("small"),
+        input_shape=(28, 28, 1),
+        classes=10,
         classifier_activation=None,
     )
     get_recipe("small").compile(model, total_steps=10 * steps)
@@ -426,8 +461,11 @@ def main_job(steps):
     model.fit(data.data.take(steps + warmup), epochs=1, verbose=0, callbacks=[Clock()])
     wall = time.perf_counter() - wall
     steady = sorted(times[warmup:])
-    return {"steps_per_second": 1 / steady[len(steady) // 2], "batch": 128,
-            "fit_seconds_with_compile": wall}
+    return {
+        "steps_per_second": 1 / steady[len(steady) // 2],
+        "batch": 128,
+        "fit_seconds_with_compile": wall,
+    }
 
 
 WORKERS = {"gemm": gemm, "inference": inference, "training": training, "main_job": main_job}
@@ -471,7 +509,10 @@ def run(backend, task, timeout, in_process=False):
     try:
         done = subprocess.run(
             [sys.executable, __file__, "--worker", json.dumps({**task, "backend": backend})],
-            env=env, capture_output=True, text=True, timeout=timeout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout} s"
@@ -485,50 +526,137 @@ def plan(backends, settings, memory):
     rows = []
     for backend in backends:
         for dtype in settings["gemm_dtypes"]:
-            rows.append((f"GEMM {settings['gemm_size']}^3 {dtype}", "framework", backend,
-                         {"task": "gemm", "backend": backend, "size": settings["gemm_size"], "dtype": dtype}))
+            rows.append(
+                (
+                    f"GEMM {settings['gemm_size']}^3 {dtype}",
+                    "framework",
+                    backend,
+                    {
+                        "task": "gemm",
+                        "backend": backend,
+                        "size": settings["gemm_size"],
+                        "dtype": dtype,
+                    },
+                )
+            )
     peers = {"tensorflow": ["keras_hub"], "jax": ["keras_hub"], "torch": ["huggingface"]}
     training_config = settings["training"]
     if "inference" not in settings:  # --gpu: bf16 training only
         for backend in backends:
             for library in ["keras_vit", *peers[backend]]:
-                rows.append((f"training {training_config['variant']} bf16", library, backend,
-                             {"task": "training", "library": library, **training_config}))
+                rows.append(
+                    (
+                        f"training {training_config['variant']} bf16",
+                        library,
+                        backend,
+                        {"task": "training", "library": library, **training_config},
+                    )
+                )
         return rows
     inference_config = settings["inference"]
     for backend in backends:
         for library in ["keras_vit", *peers[backend]]:
-            rows.append((f"inference {inference_config['variant']} fp32", library, backend,
-                         {"task": "inference", "library": library, **inference_config}))
+            rows.append(
+                (
+                    f"inference {inference_config['variant']} fp32",
+                    library,
+                    backend,
+                    {"task": "inference", "library": library, **inference_config},
+                )
+            )
             if backend == "tensorflow":
-                rows.append((f"inference {inference_config['variant']} fp32 XLA", library, backend,
-                             {"task": "inference", "library": library, "jit_compile": True,
-                              **inference_config}))
+                rows.append(
+                    (
+                        f"inference {inference_config['variant']} fp32 XLA",
+                        library,
+                        backend,
+                        {
+                            "task": "inference",
+                            "library": library,
+                            "jit_compile": True,
+                            **inference_config,
+                        },
+                    )
+                )
             if library != "huggingface" and backend != "torch":
-                rows.append((f"inference {inference_config['variant']} bf16", library, backend,
-                             {"task": "inference", "library": library, "precision": "mixed_bfloat16",
-                              **inference_config}))
-            rows.append((f"training {training_config['variant']} fp32", library, backend,
-                         {"task": "training", "library": library, **training_config}))
-            if backend == "tensorflow":  # Keras leaves XLA off on CPUs; keras_vit's recipes turn it on
-                rows.append((f"training {training_config['variant']} fp32 XLA", library, backend,
-                             {"task": "training", "library": library, "jit_compile": True,
-                              **training_config}))
+                rows.append(
+                    (
+                        f"inference {inference_config['variant']} bf16",
+                        library,
+                        backend,
+                        {
+                            "task": "inference",
+                            "library": library,
+                            "precision": "mixed_bfloat16",
+                            **inference_config,
+                        },
+                    )
+                )
+            rows.append(
+                (
+                    f"training {training_config['variant']} fp32",
+                    library,
+                    backend,
+                    {"task": "training", "library": library, **training_config},
+                )
+            )
+            if (
+                backend == "tensorflow"
+            ):  # Keras leaves XLA off on CPUs; keras_vit's recipes turn it on
+                rows.append(
+                    (
+                        f"training {training_config['variant']} fp32 XLA",
+                        library,
+                        backend,
+                        {
+                            "task": "training",
+                            "library": library,
+                            "jit_compile": True,
+                            **training_config,
+                        },
+                    )
+                )
             if library == "keras_vit":  # half the patch tokens in training: cheaper steps
-                rows.append((f"training {training_config['variant']} fp32 patch dropout 0.5",
-                             library, backend, {"task": "training", "library": library,
-                                                "patch_dropout_rate": 0.5, **training_config}))
+                rows.append(
+                    (
+                        f"training {training_config['variant']} fp32 patch dropout 0.5",
+                        library,
+                        backend,
+                        {
+                            "task": "training",
+                            "library": library,
+                            "patch_dropout_rate": 0.5,
+                            **training_config,
+                        },
+                    )
+                )
             if memory:
-                rows.append((f"memory {settings['memory']['variant']} training", library, backend,
-                             {"task": "training", "library": library, **settings["memory"]}))
-        rows.append(("main job (small, Fashion-MNIST)", "keras_vit", backend,
-                     {"task": "main_job", "steps": settings["main_job_steps"]}))
+                rows.append(
+                    (
+                        f"memory {settings['memory']['variant']} training",
+                        library,
+                        backend,
+                        {"task": "training", "library": library, **settings["memory"]},
+                    )
+                )
+        rows.append(
+            (
+                "main job (small, Fashion-MNIST)",
+                "keras_vit",
+                backend,
+                {"task": "main_job", "steps": settings["main_job_steps"]},
+            )
+        )
     return rows
 
 
 def available(library):
-    module = {"keras_vit": "keras_vit", "keras_hub": "keras_hub", "huggingface": "transformers",
-              "framework": None}[library]
+    module = {
+        "keras_vit": "keras_vit",
+        "keras_hub": "keras_hub",
+        "huggingface": "transformers",
+        "framework": None,
+    }[library]
     return module is None or installed(module)
 
 
@@ -555,30 +683,52 @@ def median_measurement(measurements):
 def flops_per_image(task):
     from keras_vit.models import flop_count
 
-    return flop_count(architecture(task["variant"]), task["image_size"], CLASSES,
-                      training=task["task"] == "training",
-                      patch_dropout_rate=task.get("patch_dropout_rate", 0.0))
+    return flop_count(
+        architecture(task["variant"]),
+        task["image_size"],
+        CLASSES,
+        training=task["task"] == "training",
+        patch_dropout_rate=task.get("patch_dropout_rate", 0.0),
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
-    parser.add_argument("--memory", action="store_true",
-                        help="also the peak memory of a ViT-B/16 training step at batch 32")
-    parser.add_argument("--gpu", action="store_true",
-                        help="measure the GPU: bf16 GEMM and ViT-B/16 bf16 training at batch 256")
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="also the peak memory of a ViT-B/16 training step at batch 32",
+    )
+    parser.add_argument(
+        "--gpu",
+        action="store_true",
+        help="measure the GPU: bf16 GEMM and ViT-B/16 bf16 training at batch 256",
+    )
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per measurement")
-    parser.add_argument("--in-process", action="store_true",
-                        help="run every measurement in this process (one backend: "
-                             "KERAS_BACKEND's; no per-library peak memory)")
-    parser.add_argument("--only", nargs="+", default=None, metavar="MEASUREMENT",
-                        help="run only these measurements (names as in the table's first "
-                             "column; the GEMM rows always run)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="measure everything this many times, in turn, and report "
-                             "each row's median (keras_vit and its peer alternate)")
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every measurement in this process (one backend: "
+        "KERAS_BACKEND's; no per-library peak memory)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=None,
+        metavar="MEASUREMENT",
+        help="run only these measurements (names as in the table's first "
+        "column; the GEMM rows always run)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure everything this many times, in turn, and report "
+        "each row's median (keras_vit and its peer alternate)",
+    )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker is not None:
@@ -588,8 +738,10 @@ def main(argv=None):
         import keras
 
         if args.backends != [keras.backend.backend()] or args.memory:
-            parser.error("--in-process measures KERAS_BACKEND's backend only "
-                         f"(--backends {keras.backend.backend()}), without --memory")
+            parser.error(
+                "--in-process measures KERAS_BACKEND's backend only "
+                f"(--backends {keras.backend.backend()}), without --memory"
+            )
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1. Received: --rounds {args.rounds}")
     for backend in args.backends:
@@ -627,12 +779,26 @@ def main(argv=None):
             if failure:
                 sample[2].append(failure)
                 notes.append(f"{library} {name} on {backend} failed: {failure}")
-            print(json.dumps({"round": round_index + 1, "measurement": name, "library": library,
-                              "backend": backend, **(measured or {"error": failure})}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "round": round_index + 1,
+                        "measurement": name,
+                        "library": library,
+                        "backend": backend,
+                        **(measured or {"error": failure}),
+                    }
+                ),
+                flush=True,
+            )
     results, gemm_rates = [], {}
     for (name, library, backend), (task, measurements, failures) in samples.items():
-        row = {"measurement": name, "library": library, "backend": backend,
-               **median_measurement(measurements)}
+        row = {
+            "measurement": name,
+            "library": library,
+            "backend": backend,
+            **median_measurement(measurements),
+        }
         if "rounds" not in row:  # failed in every round
             row["error"] = failures[-1]
         elif task["task"] == "gemm":
@@ -651,9 +817,17 @@ def main(argv=None):
         if "gflops" in row and peak:
             row["mfu_percent"] = 100 * row["gflops"] * 1e9 / peak
         if row["library"] not in ("keras_vit", "framework") and "images_per_second" in row:
-            ours = next((r for r in results if r["library"] == "keras_vit"
-                         and r["backend"] == row["backend"] and r["measurement"] == row["measurement"]
-                         and "images_per_second" in r), None)
+            ours = next(
+                (
+                    r
+                    for r in results
+                    if r["library"] == "keras_vit"
+                    and r["backend"] == row["backend"]
+                    and r["measurement"] == row["measurement"]
+                    and "images_per_second" in r
+                ),
+                None,
+            )
             if ours:
                 row["keras_vit_ratio"] = ours["images_per_second"] / row["images_per_second"]
     print_table(results, notes)
@@ -668,27 +842,42 @@ def print_table(results, notes):
     if gpu:
         devices = sorted({row["device"] for row in results if "device" in row})
         print(f"\ndevice: {', '.join(devices)}")
-        print("\n| measurement | library | backend | images/s | GFLOP/s | % bf16 GEMM | MFU % "
-              "| keras_vit / this | fused attention | GPU peak MB |")
+        print(
+            "\n| measurement | library | backend | images/s | GFLOP/s | % bf16 GEMM | MFU % "
+            "| keras_vit / this | fused attention | GPU peak MB |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|")
     else:
-        print("\n| measurement | library | backend | images/s | GFLOP/s | % fp32 GEMM "
-              "| keras_vit / this | peak MB |")
+        print(
+            "\n| measurement | library | backend | images/s | GFLOP/s | % fp32 GEMM "
+            "| keras_vit / this | peak MB |"
+        )
         print("|---|---|---|---|---|---|---|---|")
     for row in results:
-        def cell(key, spec):
+
+        def cell(key, spec, row=row):
             return format(row[key], spec) if key in row else ""
+
         rate = cell("images_per_second", ".2f") or (
-            f"{row['steps_per_second']:.2f} steps/s" if "steps_per_second" in row else "")
+            f"{row['steps_per_second']:.2f} steps/s" if "steps_per_second" in row else ""
+        )
         gflops = cell("gflops", ".1f")
-        first = f"| {row['measurement']} | {row['library']} | {row['backend']} | {rate} | {gflops} | "
+        first = (
+            f"| {row['measurement']} | {row['library']} | {row['backend']} | {rate} | {gflops} | "
+        )
         if gpu:
-            print(first + f"{cell('percent_of_bf16_gemm', '.0f')} | {cell('mfu_percent', '.1f')} | "
-                  f"{cell('keras_vit_ratio', '.2f')} | {cell('fused_attention', '')} | "
-                  f"{cell('gpu_peak_memory_mb', '.0f')} |")
+            print(
+                first + f"{cell('percent_of_bf16_gemm', '.0f')} | {cell('mfu_percent', '.1f')} | "
+                f"{cell('keras_vit_ratio', '.2f')} | {cell('fused_attention', '')} | "
+                f"{cell('gpu_peak_memory_mb', '.0f')} |"
+            )
         else:
-            print(first + f"{cell('percent_of_fp32_gemm', '.0f')} | {cell('keras_vit_ratio', '.2f')} | "
-                  f"{cell('peak_memory_mb', '.0f') if row['measurement'].startswith('memory') else ''} |")
+            print(
+                first
+                + f"{cell('percent_of_fp32_gemm', '.0f')} | {cell('keras_vit_ratio', '.2f')} | "
+                + (cell("peak_memory_mb", ".0f") if row["measurement"].startswith("memory") else "")
+                + " |"
+            )
     for note in notes:
         print(f"note: {note}")
 

@@ -23,13 +23,22 @@ def train_plain_vit(epochs, limit):
     keras.utils.set_random_seed(0)
     images, labels = load_fashion_mnist("train")
     model = keras_vit.VisionTransformer(
-        patch_size=4, hidden_dim=64, num_layers=4, num_heads=4, mlp_dim=128,
-        input_shape=(28, 28, 1), classes=len(CLASS_NAMES), classifier_activation=None,
+        patch_size=4,
+        hidden_dim=64,
+        num_layers=4,
+        num_heads=4,
+        mlp_dim=128,
+        input_shape=(28, 28, 1),
+        classes=len(CLASS_NAMES),
+        classifier_activation=None,
     )
-    model.compile(optimizer=keras.optimizers.AdamW(2e-3, global_clipnorm=1.0),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(images[:limit].astype("float32"), labels[:limit], batch_size=128,
-              epochs=epochs, verbose=2)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(2e-3, global_clipnorm=1.0),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(
+        images[:limit].astype("float32"), labels[:limit], batch_size=128, epochs=epochs, verbose=2
+    )
     return model
 
 

@@ -21,9 +21,16 @@ test_images, test_labels = load_fashion_mnist("test")
 
 # Any architecture; the paper's variants are keras_vit.ViTB16() etc.
 model = keras_vit.VisionTransformer(
-    patch_size=7, hidden_dim=64, num_layers=4, num_heads=4, mlp_dim=128,
-    input_shape=(28, 28, 1), classes=len(CLASS_NAMES),
-    classifier_activation=None, dropout_rate=0.1, drop_path_rate=0.1,
+    patch_size=7,
+    hidden_dim=64,
+    num_layers=4,
+    num_heads=4,
+    mlp_dim=128,
+    input_shape=(28, 28, 1),
+    classes=len(CLASS_NAMES),
+    classifier_activation=None,
+    dropout_rate=0.1,
+    drop_path_rate=0.1,
 )
 model.compile(
     optimizer=keras.optimizers.AdamW(1e-3, weight_decay=0.05, global_clipnorm=1.0),

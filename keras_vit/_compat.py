@@ -40,8 +40,9 @@ def _require_private_method(base, name, purpose):
 # `_current_epoch`), nor a public way to tell `fit` where to start
 # (`model._initial_epoch`, which the callback itself sets).
 for _hook in ("_save_model", "_load_model"):
-    _require_private_method(keras.callbacks.BackupAndRestore, _hook,
-                            "choosing what a backup writes and reads")
+    _require_private_method(
+        keras.callbacks.BackupAndRestore, _hook, "choosing what a backup writes and reads"
+    )
 
 
 class BackupHooks(keras.callbacks.BackupAndRestore):
@@ -82,8 +83,9 @@ def resume_fit_at(model, epoch):
 for _hook in ("_clip_gradients",) + (
     ("_all_reduce_sum_gradients",) if keras.backend.backend() == "tensorflow" else ()
 ):
-    _require_private_method(keras.optimizers.Optimizer, _hook,
-                            "clipping the gradient summed over replicas")
+    _require_private_method(
+        keras.optimizers.Optimizer, _hook, "clipping the gradient summed over replicas"
+    )
 
 
 class SumReplicasBeforeClipping:
@@ -100,9 +102,9 @@ class SumReplicasBeforeClipping:
 
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
-            summed = iter(context.all_reduce(
-                tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
-            ))
+            summed = iter(
+                context.all_reduce(tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None])
+            )
             grads = [None if g is None else next(summed) for g in grads]
         return super()._clip_gradients(grads)
 

@@ -19,8 +19,12 @@ def png_bomb(width, height, bit_depth=1):
     compressor = zlib.compressobj(9)
     data = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
     header = struct.pack(">IIBBBBB", width, height, bit_depth, 0, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"IDAT", data)
-            + _png_chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", data)
+        + _png_chunk(b"IEND", b"")
+    )
 
 
 def gif_bomb(width, height):
@@ -35,9 +39,9 @@ def jpeg_bomb(small_jpeg, width, height):
     data = bytearray(small_jpeg)
     index = 2
     while index < len(data):
-        marker, length = data[index + 1], struct.unpack(">H", data[index + 2:index + 4])[0]
+        marker, length = data[index + 1], struct.unpack(">H", data[index + 2 : index + 4])[0]
         if marker in (0xC0, 0xC1, 0xC2):
-            data[index + 5:index + 9] = struct.pack(">HH", height, width)
+            data[index + 5 : index + 9] = struct.pack(">HH", height, width)
             return bytes(data)
         index += 2 + length
     raise ValueError("no start-of-frame marker")

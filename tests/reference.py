@@ -30,9 +30,7 @@ def softmax(x):
 def self_attention(x, qkv_kernel, qkv_bias, out_kernel, out_bias):
     """Returns (outputs, probabilities) of multi-head self-attention."""
     dim, _, heads, head_dim = qkv_kernel.shape
-    q, k, v = (
-        np.einsum("btd,dhk->bthk", x, qkv_kernel[:, i]) + qkv_bias[i] for i in range(3)
-    )
+    q, k, v = (np.einsum("btd,dhk->bthk", x, qkv_kernel[:, i]) + qkv_bias[i] for i in range(3))
     probs = softmax(np.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(head_dim))
     context = np.einsum("bhqs,bshk->bqhk", probs, v)
     return np.einsum("bqhk,hkd->bqd", context, out_kernel) + out_bias, probs
@@ -42,8 +40,11 @@ def transformer_block(x, w, approximate=True, eps=1e-6):
     """Pre-norm block; `w` maps the block's weight paths to arrays."""
     h = layer_norm(x, w["attention_norm/gamma"], w["attention_norm/beta"], eps)
     h, _ = self_attention(
-        h, w["attention/qkv_kernel"], w["attention/qkv_bias"],
-        w["attention/out_kernel"], w["attention/out_bias"],
+        h,
+        w["attention/qkv_kernel"],
+        w["attention/qkv_bias"],
+        w["attention/out_kernel"],
+        w["attention/out_bias"],
     )
     x = x + h
     h = layer_norm(x, w["mlp_norm/gamma"], w["mlp_norm/beta"], eps)
@@ -56,10 +57,7 @@ def weights_by_path(layer):
     from keras import ops
 
     prefix = layer.path + "/"
-    return {
-        w.path[len(prefix):]: ops.convert_to_numpy(w).astype("float64")
-        for w in layer.weights
-    }
+    return {w.path[len(prefix) :]: ops.convert_to_numpy(w).astype("float64") for w in layer.weights}
 
 
 def _timm_linear(x, tensors, name):
@@ -80,13 +78,17 @@ def timm_attention_pool(tokens, t, heads, prefix="attn_pool.", eps=1e-6):
     """timm's `AttentionPoolLatent.forward` (latent_len 1, pool "token"), from its tensors."""
     latent = np.broadcast_to(t[prefix + "latent"], (len(tokens),) + t[prefix + "latent"].shape[1:])
     x = timm_attention(
-        latent, tokens,
+        latent,
+        tokens,
         q=lambda h: _timm_linear(h, t, prefix + "q"),
         kv=lambda h: _timm_linear(h, t, prefix + "kv"),
-        proj=lambda h: _timm_linear(h, t, prefix + "proj"), heads=heads)
+        proj=lambda h: _timm_linear(h, t, prefix + "proj"),
+        heads=heads,
+    )
     h = layer_norm(x, t[prefix + "norm.weight"], t[prefix + "norm.bias"], eps)
-    h = _timm_linear(gelu(_timm_linear(h, t, prefix + "mlp.fc1"), approximate=False), t,
-                     prefix + "mlp.fc2")
+    h = _timm_linear(
+        gelu(_timm_linear(h, t, prefix + "mlp.fc1"), approximate=False), t, prefix + "mlp.fc2"
+    )
     return (x + h)[:, 0]
 
 
@@ -110,7 +112,8 @@ def timm_vit_map(images, t, heads, patch, eps=1e-6):
         o = (probs @ v).transpose(0, 2, 1, 3).reshape(x.shape)
         x = x + _timm_linear(o, t, p + "attn.proj")
         h = layer_norm(x, t[p + "norm2.weight"], t[p + "norm2.bias"], eps)
-        x = x + _timm_linear(gelu(_timm_linear(h, t, p + "mlp.fc1"), approximate=False), t,
-                             p + "mlp.fc2")
+        x = x + _timm_linear(
+            gelu(_timm_linear(h, t, p + "mlp.fc1"), approximate=False), t, p + "mlp.fc2"
+        )
     x = layer_norm(x, t["norm.weight"], t["norm.bias"], eps)
     return _timm_linear(timm_attention_pool(x, t, heads), t, "head")

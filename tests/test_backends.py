@@ -15,8 +15,12 @@ pytestmark = pytest.mark.slow
 CONFIGS = {
     "paper": dict(TINY, classifier_activation=None),
     "variants": dict(
-        TINY, classifier_activation=None, approximate_gelu=False,
-        layer_scale_init=0.5, pooling="gap", representation_size=16,
+        TINY,
+        classifier_activation=None,
+        approximate_gelu=False,
+        layer_scale_init=0.5,
+        pooling="gap",
+        representation_size=16,
         position_embedding="sincos2d",
     ),
 }
@@ -29,7 +33,7 @@ def next_backend():
     three suites every backend's weights load elsewhere and every backend's
     outputs are compared with two others' (one process each, not two).
     """
-    others = INSTALLED_BACKENDS[INSTALLED_BACKENDS.index(BACKEND) + 1:] + INSTALLED_BACKENDS
+    others = INSTALLED_BACKENDS[INSTALLED_BACKENDS.index(BACKEND) + 1 :] + INSTALLED_BACKENDS
     return next((b for b in others if b != BACKEND), None)
 
 

@@ -42,10 +42,10 @@ def test_flop_count_of_vit_b16_matches_the_hand_count():
     assert flop_count("B/16", image_size=384) > 3 * flop_count("B/16")  # 577 tokens
     # Patch dropout: a training step's blocks see 1 + ceil(0.5 * 196) = 99 tokens.
     kept = 99
-    kept_block = (2 * kept * dim * 4 * dim + 2 * 2 * kept * kept * dim
-                  + 2 * 2 * kept * dim * mlp)
+    kept_block = 2 * kept * dim * 4 * dim + 2 * 2 * kept * kept * dim + 2 * 2 * kept * dim * mlp
     assert flop_count("B/16", training=True, patch_dropout_rate=0.5) == 3 * (
-        embedding + 12 * kept_block + head)
+        embedding + 12 * kept_block + head
+    )
     assert flop_count("B/16", patch_dropout_rate=0.5) == flop_count("B/16")  # inference
 
 
@@ -53,15 +53,19 @@ def test_flop_count_of_vit_b16_matches_the_hand_count():
 def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
     throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
-    assert throughput.main(
-        ["--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]
-    ) == 0
+    assert (
+        throughput.main(["--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]) == 0
+    )
     table = capsys.readouterr().out
     assert "| measurement | library | backend |" in table
     results = json.loads(out.read_text())["results"]
     measured = {(r["measurement"], r["library"]) for r in results if "error" not in r}
-    for row in ("GEMM 128^3 float32", "inference tiny fp32", "training tiny fp32",
-                "training tiny fp32 patch dropout 0.5"):
+    for row in (
+        "GEMM 128^3 float32",
+        "inference tiny fp32",
+        "training tiny fp32",
+        "training tiny fp32 patch dropout 0.5",
+    ):
         library = "framework" if row.startswith("GEMM") else "keras_vit"
         assert (row, library) in measured, (row, results)
     assert ("main job (small, Fashion-MNIST)", "keras_vit") in measured
@@ -88,9 +92,12 @@ def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
 
     throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
-    assert throughput.main(
-        ["--gpu", "--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]
-    ) == 0
+    assert (
+        throughput.main(
+            ["--gpu", "--quick", "--in-process", "--backends", BACKEND, "--json", str(out)]
+        )
+        == 0
+    )
     assert keras.config.dtype_policy().name == "float32"
     results = json.loads(out.read_text())["results"]
     measured = {(r["measurement"], r["library"]): r for r in results if "error" not in r}
@@ -114,33 +121,51 @@ def test_model_flops_utilisation_uses_the_devices_bf16_peak():
 def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
     throughput = load_benchmark("throughput")
     out = tmp_path / "results.json"
-    assert throughput.main(
-        ["--quick", "--in-process", "--backends", BACKEND, "--rounds", "2",
-         "--only", "training tiny fp32", "--json", str(out)]
-    ) == 0
-    progress = [json.loads(line) for line in capsys.readouterr().out.splitlines()
-                if line.startswith("{")]
+    assert (
+        throughput.main(
+            [
+                "--quick",
+                "--in-process",
+                "--backends",
+                BACKEND,
+                "--rounds",
+                "2",
+                "--only",
+                "training tiny fp32",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    progress = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")
+    ]
     # Round 1 visits every measurement before round 2 starts.
     assert [p["round"] for p in progress] == sorted(p["round"] for p in progress)
     assert {p["round"] for p in progress} == {1, 2}
-    training = [r for r in json.loads(out.read_text())["results"]
-                if r["measurement"] == "training tiny fp32"]
+    training = [
+        r
+        for r in json.loads(out.read_text())["results"]
+        if r["measurement"] == "training tiny fp32"
+    ]
     assert training
     for row in training:
         assert row["rounds"] == 2 and len(row["images_per_second_rounds"]) == 2
-        assert row["images_per_second"] == pytest.approx(
-            sum(row["images_per_second_rounds"]) / 2)
+        assert row["images_per_second"] == pytest.approx(sum(row["images_per_second_rounds"]) / 2)
 
 
 @pytest.mark.backend_independent
 def test_median_measurement_skips_failures_and_keeps_the_largest_peak():
     median_measurement = load_benchmark("throughput").median_measurement
-    row = median_measurement([
-        {"images_per_second": 3.0, "peak_memory_mb": 900.0},
-        None,
-        {"images_per_second": 1.0, "peak_memory_mb": 1000.0},
-        {"images_per_second": 2.0, "peak_memory_mb": 950.0},
-    ])
+    row = median_measurement(
+        [
+            {"images_per_second": 3.0, "peak_memory_mb": 900.0},
+            None,
+            {"images_per_second": 1.0, "peak_memory_mb": 1000.0},
+            {"images_per_second": 2.0, "peak_memory_mb": 950.0},
+        ]
+    )
     assert row["rounds"] == 3 and row["images_per_second"] == 2.0
     assert row["peak_memory_mb"] == 1000.0
     assert row["images_per_second_rounds"] == [3.0, 1.0, 2.0]
@@ -163,8 +188,13 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
 
     benchmark = load_benchmark("mixed_precision_agreement")
     model = keras_vit.VisionTransformer(
-        patch_size=7, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
-        input_shape=(28, 28, 1), classes=10,
+        patch_size=7,
+        hidden_dim=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        input_shape=(28, 28, 1),
+        classes=10,
     )
     head = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)][-1]
     rng = np.random.default_rng(0)
@@ -189,9 +219,22 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     # (Training through `keras-vit train` on each backend is tests/test_console.py's.)
     out = tmp_path / "main_job.json"
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",
-         "--rounds", "1", "--backends", BACKEND, "--seed", "3", "--json", str(out)],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"),
+            "--quick",
+            "--rounds",
+            "1",
+            "--backends",
+            BACKEND,
+            "--seed",
+            "3",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -208,7 +251,8 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     expected = 100 * (round_["vit"]["test_accuracy"] - round_["cnn"]["test_accuracy"])
     assert row["median_accuracy_points"] == pytest.approx(expected, abs=0.01)
     assert row["median_time_ratio"] == pytest.approx(
-        round_["vit"]["wall_seconds"] / round_["cnn"]["wall_seconds"], abs=1e-3)
+        round_["vit"]["wall_seconds"] / round_["cnn"]["wall_seconds"], abs=1e-3
+    )
     assert f"| {BACKEND} |" in done.stdout
 
 
@@ -218,9 +262,20 @@ def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(t
         pytest.skip("the benchmark compares the TensorFlow and JAX backends")
     out = tmp_path / "resolution.json"
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "run_time_resolution.py"), "--quick",
-         "--rounds", "2", "--backends", BACKEND, "--json", str(out)],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "run_time_resolution.py"),
+            "--quick",
+            "--rounds",
+            "2",
+            "--backends",
+            BACKEND,
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -238,9 +293,18 @@ def test_export_latency_quick_run_measures_keras_onnx_and_litert():
     if BACKEND != "tensorflow":
         pytest.skip("one backend is enough: exports from the others rebuild on TensorFlow")
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "export_latency.py"), "--quick",
-         "--modes", "keras", "onnx", "none"],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "export_latency.py"),
+            "--quick",
+            "--modes",
+            "keras",
+            "onnx",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -257,12 +321,22 @@ def test_main_job_summary_gives_each_backends_second_epoch_over_tensorflows():
 
     def round_(backend, vit_epochs, vit_seconds):
         runs = {"cnn": (0.91, 100.0, [30, 25]), "vit": (0.90, vit_seconds, vit_epochs)}
-        return {model: {"backend": backend, "test_accuracy": accuracy, "wall_seconds": wall,
-                        "epoch_seconds": epochs}
-                for model, (accuracy, wall, epochs) in runs.items()}
+        return {
+            model: {
+                "backend": backend,
+                "test_accuracy": accuracy,
+                "wall_seconds": wall,
+                "epoch_seconds": epochs,
+            }
+            for model, (accuracy, wall, epochs) in runs.items()
+        }
 
-    rounds = [round_("tensorflow", [50, 40], 140.0), round_("jax", [70, 46], 150.0),
-              round_("tensorflow", [52, 44], 150.0), round_("jax", [66, 54], 160.0)]
+    rounds = [
+        round_("tensorflow", [50, 40], 140.0),
+        round_("jax", [70, 46], 150.0),
+        round_("tensorflow", [52, 44], 150.0),
+        round_("jax", [66, 54], 160.0),
+    ]
     summary = summarise(rounds)
     assert summary["tensorflow"]["median_vit_second_epoch_seconds"] == 42
     assert summary["jax"]["median_vit_second_epoch_seconds"] == 50
@@ -280,13 +354,25 @@ def test_main_job_summary_compares_a_backend_without_a_cnn_run_with_tensorflow_o
     summarise = load_benchmark("main_job_vs_cnn").summarise
 
     def vit(backend, accuracy, epochs):
-        return {"backend": backend, "test_accuracy": accuracy, "wall_seconds": 100.0,
-                "epoch_seconds": epochs}
+        return {
+            "backend": backend,
+            "test_accuracy": accuracy,
+            "wall_seconds": 100.0,
+            "epoch_seconds": epochs,
+        }
 
-    cnn = {"backend": "tensorflow", "test_accuracy": 0.91, "wall_seconds": 80.0,
-           "epoch_seconds": [9, 8]}
-    summary = summarise([{"vit": vit("tensorflow", 0.92, [40, 30]), "cnn": cnn},
-                         {"vit": vit("jax", 0.9175, [50, 36])}])
+    cnn = {
+        "backend": "tensorflow",
+        "test_accuracy": 0.91,
+        "wall_seconds": 80.0,
+        "epoch_seconds": [9, 8],
+    }
+    summary = summarise(
+        [
+            {"vit": vit("tensorflow", 0.92, [40, 30]), "cnn": cnn},
+            {"vit": vit("jax", 0.9175, [50, 36])},
+        ]
+    )
     assert summary["tensorflow"]["median_accuracy_points"] == pytest.approx(1.0)
     assert summary["tensorflow"]["median_time_ratio"] == pytest.approx(1.25)
     jax = summary["jax"]
@@ -298,9 +384,18 @@ def test_main_job_summary_compares_a_backend_without_a_cnn_run_with_tensorflow_o
 @pytest.mark.backend_independent
 def test_main_job_refuses_a_cnn_backend_that_is_not_among_the_backends():
     done = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"), "--quick",
-         "--backends", "tensorflow", "--cnn-backends", "jax"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"),
+            "--quick",
+            "--backends",
+            "tensorflow",
+            "--cnn-backends",
+            "jax",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 2
     assert "--cnn-backends" in done.stderr and "['jax']" in done.stderr

@@ -44,29 +44,61 @@ def folders(tmp_path_factory):
 def held_out_run(folders, tmp_path_factory):
     """A run trained on the flat folder with a held-out split."""
     out = str(tmp_path_factory.mktemp("runs") / "held_out")
-    assert main(["train", "--dataset", folders["flat"], "--validation-split", "0.25",
-                 "--output-dir", out, *TRAIN]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                folders["flat"],
+                "--validation-split",
+                "0.25",
+                "--output-dir",
+                out,
+                *TRAIN,
+            ]
+        )
+        == 0
+    )
     return out
 
 
-@pytest.mark.parametrize("layout, found", [
-    ("train_only", "has train/ but no test/"),
-    ("flat", r"has class folders at the top \(dark, light\) and no train/ and test/"),
-])
+@pytest.mark.parametrize(
+    "layout, found",
+    [
+        ("train_only", "has train/ but no test/"),
+        ("flat", r"has class folders at the top \(dark, light\) and no train/ and test/"),
+    ],
+)
 def test_a_folder_without_test_images_is_refused_before_training(folders, tmp_path, layout, found):
     out = tmp_path / "run"
-    with pytest.raises(SystemExit, match=rf"{found}, so it has no test images\. Expected .*"
-                                         r"/train/<class>/<images> .* --validation-split 0\.1"):
+    with pytest.raises(
+        SystemExit,
+        match=rf"{found}, so it has no test images\. Expected .*"
+        r"/train/<class>/<images> .* --validation-split 0\.1",
+    ):
         main(["train", "--dataset", folders[layout], "--output-dir", str(out), *TRAIN])
     assert not out.exists()  # refused before any folder was made
 
 
 def test_a_held_out_split_of_a_folder_with_its_own_test_images_is_refused(folders, tmp_path):
     out = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"'.*split' has a test/ folder, its own test images; "
-                                         r".*Received: --validation-split 0\.25"):
-        main(["train", "--dataset", folders["split"], "--validation-split", "0.25",
-              "--output-dir", str(out), *TRAIN])
+    with pytest.raises(
+        SystemExit,
+        match=r"'.*split' has a test/ folder, its own test images; "
+        r".*Received: --validation-split 0\.25",
+    ):
+        main(
+            [
+                "train",
+                "--dataset",
+                folders["split"],
+                "--validation-split",
+                "0.25",
+                "--output-dir",
+                str(out),
+                *TRAIN,
+            ]
+        )
     assert not out.exists()
 
 
@@ -91,23 +123,45 @@ def test_evaluate_and_export_use_the_runs_own_data_by_default(folders, held_out_
     assert main(["evaluate", "--model", model]) == 0
     printed = capsys.readouterr().out
     # The 8 held-out images of the 32 (4 of each class), not Fashion-MNIST's 10,000.
-    assert re.search(rf"{re.escape(folders['flat'])} test: accuracy [0-9.]+, cross-entropy "
-                     r"[0-9.]+ \(8 images\)", printed), printed
+    assert re.search(
+        rf"{re.escape(folders['flat'])} test: accuracy [0-9.]+, cross-entropy "
+        r"[0-9.]+ \(8 images\)",
+        printed,
+    ), printed
     metrics = json.load(open(os.path.join(held_out_run, "metrics.json")))
     reported = float(re.search(r"cross-entropy ([0-9.]+)", printed)[1])
     assert reported == pytest.approx(metrics["test_cross_entropy"], abs=1e-4)
-    assert main(["export", model, "--format", "tflite", "--quantize", "int8",
-                 "--calibration-images", "8", "--check-images", "8", "--overwrite"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                model,
+                "--format",
+                "tflite",
+                "--quantize",
+                "int8",
+                "--calibration-images",
+                "8",
+                "--check-images",
+                "8",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert f"on 8 {folders['flat']} images" in printed
 
 
 def test_evaluate_reports_the_same_cross_entropy_for_a_softmax_head_on_every_backend(
-        folders, tmp_path, capsys):
+    folders, tmp_path, capsys
+):
     model = keras_vit.VisionTransformer(**{**TINY, "classes": 2}, seed=0)  # softmax head
     model.save(tmp_path / "model.keras")
-    assert main(["evaluate", "--model", str(tmp_path / "model.keras"),
-                 "--dataset", folders["split"]]) == 0
+    assert (
+        main(["evaluate", "--model", str(tmp_path / "model.keras"), "--dataset", folders["split"]])
+        == 0
+    )
     reported = float(re.search(r"cross-entropy ([0-9.]+)", capsys.readouterr().out)[1])
     test = keras_vit.data.load(folders["split"], "test", image_size=16, batch_size=64)
     images, labels = next(iter(test.data))
@@ -122,8 +176,9 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
     record_run(str(tmp_path), False, settings)
     record_run(str(tmp_path), True, {**settings, "epochs": 5})  # more epochs: allowed
     with pytest.raises(ValueError) as error:
-        record_run(str(tmp_path), True, {**settings, "model": "Ti/16", "batch_size": 16,
-                                         "epochs": 5})
+        record_run(
+            str(tmp_path), True, {**settings, "model": "Ti/16", "batch_size": 16, "epochs": 5}
+        )
     message = cli_message(str(error.value))
     assert "--model 'Ti/16' (the run has 'small')" in message
     assert "--batch-size 16 (the run has 8)" in message
@@ -135,8 +190,16 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
 @pytest.mark.backend_independent
 def test_overwrite_starts_over_an_unfinished_run_only_when_its_settings_differ(tmp_path):
     def open_run(batch_size, overwrite):
-        run = Run("train", output_dir=str(tmp_path), overwrite=overwrite, epochs=3,
-                  batch_size=batch_size, recipe="small", augmentation="none", seed=0)
+        run = Run(
+            "train",
+            output_dir=str(tmp_path),
+            overwrite=overwrite,
+            epochs=3,
+            batch_size=batch_size,
+            recipe="small",
+            augmentation="none",
+            seed=0,
+        )
         return run.open({"dataset": "fashion_mnist"})
 
     assert open_run(8, overwrite=False) is False
@@ -157,17 +220,35 @@ def test_overwrite_starts_over_an_unfinished_run_only_when_its_settings_differ(t
 @pytest.mark.slow
 def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "keras_vit_launcher", "train", "--dataset", folders["split"],
-               "--image-size", "16", "--batch-size", "8", "--epochs", "40",
-               "--output-dir", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "keras_vit_launcher",
+        "train",
+        "--dataset",
+        folders["split"],
+        "--image-size",
+        "16",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "40",
+        "--output-dir",
+        str(out),
+    ]
     # As from a terminal: SIGINT at its default (`make test` runs the suites in the
     # background, whose children start with SIGINT ignored, and Python then never
     # raises KeyboardInterrupt). A signalled JAX process may leave a cache entry
     # half-written: its own compilation cache.
     environment = console_environment(**own_jax_compilations(tmp_path / "jax_compilations"))
-    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = subprocess.Popen(
+        command,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.time() + 600  # a loaded CI machine: epochs can take a while
     # Checkpoints replace each other: wait for any of epoch 2 or later.
     while (latest_checkpoint(str(out / "backup")) or (0,))[0] < 2:
@@ -182,18 +263,23 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and re.fullmatch(
         r"keras-vit train: interrupted after epoch \d+ \(checkpoint in .*\); run the same "
-        r"command again to resume\.", lines[0]), stderr
+        r"command again to resume\.",
+        lines[0],
+    ), stderr
     # Other settings: refused in one line, before anything is loaded.
-    changed = [*command[:command.index("--batch-size")], "--batch-size", "4",
-               *command[command.index("--batch-size") + 2:]]
+    changed = [
+        *command[: command.index("--batch-size")],
+        "--batch-size",
+        "4",
+        *command[command.index("--batch-size") + 2 :],
+    ]
     with pytest.raises(SystemExit) as refused:
-        main(changed[command.index("train"):])
+        main(changed[command.index("train") :])
     message = str(refused.value.code)
     assert message.splitlines() == [message] and "--batch-size 4 (the run has 8)" in message
 
 
-def test_a_folder_that_another_run_holds_is_refused_and_free_when_that_run_ends(folders,
-                                                                                 tmp_path):
+def test_a_folder_that_another_run_holds_is_refused_and_free_when_that_run_ends(folders, tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     holder = open(out / ".run.lock", "w")  # as another process's run holds it
@@ -201,9 +287,12 @@ def test_a_folder_that_another_run_holds_is_refused_and_free_when_that_run_ends(
     holder.write("4242")
     holder.flush()
     arguments = ["train", "--dataset", folders["split"], "--output-dir", str(out), *TRAIN]
-    with pytest.raises(SystemExit, match=rf"^keras-vit train: '{out}' is in use by another run "
-                                         r"\(process 4242\); wait for it to end, or pass another "
-                                         r"--output-dir\.$"):
+    with pytest.raises(
+        SystemExit,
+        match=rf"^keras-vit train: '{out}' is in use by another run "
+        r"\(process 4242\); wait for it to end, or pass another "
+        r"--output-dir\.$",
+    ):
         main(arguments)
     assert os.listdir(out) == [".run.lock"]  # nothing of the refused run
     # The holder ends (killed or not, the system drops its lock); its file stays.
@@ -216,13 +305,32 @@ def test_a_folder_that_another_run_holds_is_refused_and_free_when_that_run_ends(
 
 def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tmp_path, capsys):
     out = tmp_path / "run"
-    with pytest.raises(SystemExit, match=r"fewer than one batch of --batch-size 512; use a "
-                                         r"smaller --batch-size"):
-        main(["train", "--dataset", folders["split"], "--image-size", "16", "--batch-size",
-              "512", "--output-dir", str(out)])
+    with pytest.raises(
+        SystemExit,
+        match=r"fewer than one batch of --batch-size 512; use a "
+        r"smaller --batch-size",
+    ):
+        main(
+            [
+                "train",
+                "--dataset",
+                folders["split"],
+                "--image-size",
+                "16",
+                "--batch-size",
+                "512",
+                "--output-dir",
+                str(out),
+            ]
+        )
     assert not out.exists()
-    for option, value in (("--image-size", "0"), ("--epochs", "-1"), ("--batch-size", "x"),
-                          ("--validation-split", "1.5"), ("--patch-dropout", "1")):
+    for option, value in (
+        ("--image-size", "0"),
+        ("--epochs", "-1"),
+        ("--batch-size", "x"),
+        ("--validation-split", "1.5"),
+        ("--patch-dropout", "1"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             main(["train", "--output-dir", str(out), option, value])
         assert exit_.value.code == 2
@@ -239,17 +347,29 @@ def test_outputs_that_cannot_be_written_get_one_line_before_any_work(tmp_path):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("kept")
     cases = [
-        (["train", "--output-dir", "/sys/keras_vit_run"],
-         r"keras-vit train: --output-dir /sys/keras_vit_run: cannot write in /sys \(.+\)"),
-        (["finetune", str(model), "--output-dir", "/sys/tuned"], r"--output-dir /sys/tuned: cannot"),
+        (
+            ["train", "--output-dir", "/sys/keras_vit_run"],
+            r"keras-vit train: --output-dir /sys/keras_vit_run: cannot write in /sys \(.+\)",
+        ),
+        (
+            ["finetune", str(model), "--output-dir", "/sys/tuned"],
+            r"--output-dir /sys/tuned: cannot",
+        ),
         (["pretrain", "--output-dir", "/sys/pretrained"], r"--output-dir /sys/pretrained: cannot"),
-        (["export", str(model), "--format", "tflite", "--output", "/sys/model.tflite"],
-         r"keras-vit export: --output /sys/model.tflite: cannot write in /sys \(.+\)"),
+        (
+            ["export", str(model), "--format", "tflite", "--output", "/sys/model.tflite"],
+            r"keras-vit export: --output /sys/model.tflite: cannot write in /sys \(.+\)",
+        ),
         (["export", str(model), "--output", "/sys/serving"], r"--output /sys/serving: cannot"),
-        (["inspect", str(model), str(image), "--out", "/sys/figures"], r"--out /sys/figures: cannot"),
+        (
+            ["inspect", str(model), str(image), "--out", "/sys/figures"],
+            r"--out /sys/figures: cannot",
+        ),
         (["train", "--output-dir", str(a_file)], rf"--output-dir {a_file} is a file, not a folder"),
-        (["inspect", str(model), str(image), "--out", str(a_file / "figures")],
-         rf"--out {a_file / 'figures'}: {a_file} is a file, not a folder"),
+        (
+            ["inspect", str(model), str(image), "--out", str(a_file / "figures")],
+            rf"--out {a_file / 'figures'}: {a_file} is a file, not a folder",
+        ),
     ]
     for arguments, message in cases:
         with pytest.raises(SystemExit) as exit_:
@@ -274,8 +394,14 @@ def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
     encoder = tmp_path / "encoder.keras"
     keras_vit.VisionTransformer(**{**TINY, "include_top": False, "pooling": None}).save(encoder)
     cnn = tmp_path / "cnn.keras"
-    keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(2, 3),
-                      keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(5)]).save(cnn)
+    keras.Sequential(
+        [
+            keras.Input((16, 16, 3)),
+            keras.layers.Conv2D(2, 3),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(5),
+        ]
+    ).save(cnn)
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
     # Exports, as the commands meet them: a TFLite FlatBuffer's first bytes, an
@@ -290,14 +416,24 @@ def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
     exported = r" is {}, not a \.keras model file: give the model\.keras it was exported from"
     cases = [
         (["evaluate", "--model", str(tflite)], f"{tflite}" + exported.format("a TFLite model")),
-        (["predict", str(image), "--model", str(onnx)], f"{onnx}" + exported.format("an ONNX model")),
-        (["predict", str(image), "--model", str(served)],
-         f"{served}" + exported.format("an exported SavedModel folder")),
-        (["predict", str(image), "--model", str(text)], f"{text} is not a .keras model file: it is not a zip archive"),
+        (
+            ["predict", str(image), "--model", str(onnx)],
+            f"{onnx}" + exported.format("an ONNX model"),
+        ),
+        (
+            ["predict", str(image), "--model", str(served)],
+            f"{served}" + exported.format("an exported SavedModel folder"),
+        ),
+        (
+            ["predict", str(image), "--model", str(text)],
+            f"{text} is not a .keras model file: it is not a zip archive",
+        ),
         (["evaluate", "--model", str(truncated)], f"{truncated} is not a .keras model file"),
         (["export", str(no_config)], f"{no_config} is a zip archive without config.json"),
-        (["predict", str(image), "--model", str(encoder)],
-         rf"{encoder} is not an image classifier .* keras-vit finetune {encoder}"),
+        (
+            ["predict", str(image), "--model", str(encoder)],
+            rf"{encoder} is not an image classifier .* keras-vit finetune {encoder}",
+        ),
         (["inspect", str(cnn), str(image)], rf"{cnn}: .* is not a ViT built by keras_vit"),
     ]
     for arguments, message in cases:
@@ -311,8 +447,17 @@ def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
 def test_an_unprepared_tfds_dataset_is_refused_at_once_naming_download(tmp_path):
     start = time.perf_counter()
     with pytest.raises(SystemExit) as exit_:
-        main(["train", "--dataset", "cifar10", "--data-dir", str(tmp_path / "tfds"),
-              "--output-dir", str(tmp_path / "run")])
+        main(
+            [
+                "train",
+                "--dataset",
+                "cifar10",
+                "--data-dir",
+                str(tmp_path / "tfds"),
+                "--output-dir",
+                str(tmp_path / "run"),
+            ]
+        )
     assert time.perf_counter() - start < 10
     message = str(exit_.value.code)
     assert "'cifar10' (train) is not prepared in" in message and "--download" in message
@@ -322,19 +467,29 @@ def test_an_unprepared_tfds_dataset_is_refused_at_once_naming_download(tmp_path)
 
 @pytest.mark.backend_independent
 def test_cli_messages_use_the_options_names():
-    assert cli_message("Dataset 'x' has 3 training images, fewer than one batch of "
-                        "batch_size=8; use a smaller `batch_size`.") == (
+    assert cli_message(
+        "Dataset 'x' has 3 training images, fewer than one batch of "
+        "batch_size=8; use a smaller `batch_size`."
+    ) == (
         "Dataset 'x' has 3 training images, fewer than one batch of --batch-size 8; "
-        "use a smaller --batch-size.")
-    assert cli_message("pass `overwrite=True` (`--overwrite`) to replace it, or another "
-                        "`version`.") == "pass --overwrite to replace it, or another --output " \
-                                         "version folder."
-    assert cli_message("`data_dir` and `gradient_accumulation_steps=2`") == \
-        "--data-dir and --accumulate 2"
+        "use a smaller --batch-size."
+    )
+    assert (
+        cli_message("pass `overwrite=True` (`--overwrite`) to replace it, or another `version`.")
+        == "pass --overwrite to replace it, or another --output "
+        "version folder."
+    )
+    assert (
+        cli_message("`data_dir` and `gradient_accumulation_steps=2`")
+        == "--data-dir and --accumulate 2"
+    )
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="exported through a TensorFlow child process; "
-                    "the files are written the same way (tests/export)")
+@pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="exported through a TensorFlow child process; "
+    "the files are written the same way (tests/export)",
+)
 @pytest.mark.slow
 def test_exports_get_the_umasks_permissions(tmp_path):
     old = os.umask(0o022)
@@ -347,7 +502,9 @@ def test_exports_get_the_umasks_permissions(tmp_path):
     modes = {}
     for root, folders, files in os.walk(version):
         for name in folders + files:
-            modes[os.path.join(root, name)] = stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode)
+            modes[os.path.join(root, name)] = stat.S_IMODE(
+                os.stat(os.path.join(root, name)).st_mode
+            )
     modes[version] = stat.S_IMODE(os.stat(version).st_mode)
     for path in (result["path"], str(tmp_path / "vit.json")):
         modes[path] = stat.S_IMODE(os.stat(path).st_mode)
@@ -367,8 +524,12 @@ def test_int8_export_and_running_it_print_only_the_packages_own_lines(tmp_path):
         f"runner = keras_vit.export.TFLiteModel({str(tmp_path / 'm.tflite')!r})\n"
         "print('exported', runner(images[:1]).shape)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**console_environment(), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**console_environment(), "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == f"exported (1, {TINY['classes']})"
     output = done.stdout + done.stderr
@@ -379,23 +540,37 @@ def test_int8_export_and_running_it_print_only_the_packages_own_lines(tmp_path):
 @pytest.mark.backend_independent
 def test_recipes_read_as_one_line():
     small = str(keras_vit.training.RECIPES["small"])
-    assert small == ("AdamW, learning rate 0.002 (10% warm-up, then cosine decay), weight "
-                     "decay 0.05, gradient clip 1, label smoothing 0.1")
+    assert small == (
+        "AdamW, learning rate 0.002 (10% warm-up, then cosine decay), weight "
+        "decay 0.05, gradient clip 1, label smoothing 0.1"
+    )
     assert "Recipe(" not in str(keras_vit.training.RECIPES["finetune"])
 
 
 def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys):
     from keras_vit.inspect import figures
 
-    stem = keras_vit.VisionTransformer(**{**TINY, "patch_size": 1}, stem_filters=(8, 8),
-                                       stem_strides=(2, 2))
+    stem = keras_vit.VisionTransformer(
+        **{**TINY, "patch_size": 1}, stem_filters=(8, 8), stem_strides=(2, 2)
+    )
     stem.save(tmp_path / "stem.keras")
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
-    assert main(["inspect", str(tmp_path / "stem.keras"), str(image),
-                 "--out", str(tmp_path / "figures")]) == 0
-    assert re.search(r"embedding_filters +skipped: the model has a convolutional stem",
-                     capsys.readouterr().out)
+    assert (
+        main(
+            [
+                "inspect",
+                str(tmp_path / "stem.keras"),
+                str(image),
+                "--out",
+                str(tmp_path / "figures"),
+            ]
+        )
+        == 0
+    )
+    assert re.search(
+        r"embedding_filters +skipped: the model has a convolutional stem", capsys.readouterr().out
+    )
     figure = figures.embedding_filter_grid(np.zeros((9, 4, 4, 3)), columns=7)
     visible = [axis for axis in figure.axes if axis.get_visible()]
     assert len(visible) == 9  # two rows of 7 frames, the last 5 hidden

@@ -29,17 +29,22 @@ def console_environment(**extra):
 
 def keras_vit(*args, environment=None, timeout=300):
     """Runs `keras-vit ARGS` (the launcher module, as the console script does); (code, output)."""
-    done = subprocess.run([sys.executable, "-m", "keras_vit_launcher", *args],
-                          env=environment or console_environment(), capture_output=True,
-                          text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_vit_launcher", *args],
+        env=environment or console_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
 def on_a_terminal(command, environment, timeout):
     """Runs `command` with a pseudo-terminal for stdin, stdout and stderr; (code, output)."""
     leader, follower = pty.openpty()
-    process = subprocess.Popen(command, env=environment, stdin=follower, stdout=follower,
-                               stderr=follower)
+    process = subprocess.Popen(
+        command, env=environment, stdin=follower, stdout=follower, stderr=follower
+    )
     os.close(follower)
     chunks = []
     while True:
@@ -114,13 +119,20 @@ def keras_vit_runs(*commands, on_terminal=None, environment=None, timeout=300):
     environment = environment or console_environment()
     with tempfile.TemporaryDirectory() as directory:
         answers = os.path.join(directory, "runs.json")
-        command = [sys.executable, "-c", CONSOLE_RUNS, json.dumps([list(a) for a in commands]),
-                   json.dumps(on_terminal and list(on_terminal)), answers]
+        command = [
+            sys.executable,
+            "-c",
+            CONSOLE_RUNS,
+            json.dumps([list(a) for a in commands]),
+            json.dumps(on_terminal and list(on_terminal)),
+            answers,
+        ]
         if on_terminal:
             code, outside = on_a_terminal(command, environment, timeout)
         else:
-            done = subprocess.run(command, env=environment, capture_output=True, text=True,
-                                  timeout=timeout)
+            done = subprocess.run(
+                command, env=environment, capture_output=True, text=True, timeout=timeout
+            )
             code, outside = done.returncode, done.stdout + done.stderr
         assert code == 0, outside[-3000:]
         # What the interpreter wrote outside the captured commands (at exit) counts too.
@@ -138,21 +150,37 @@ def keras_vit_runs(*commands, on_terminal=None, environment=None, timeout=300):
 @pytest.fixture(scope="module")
 def console(dataset, tmp_path_factory):
     folder = tmp_path_factory.mktemp("console")
-    train = ["train", "--dataset", dataset, "--image-size", "16", "--epochs", "2",
-             "--batch-size", "8", "--backend", BACKEND]
+    train = [
+        "train",
+        "--dataset",
+        dataset,
+        "--image-size",
+        "16",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--backend",
+        BACKEND,
+    ]
     commands = {
         "--help": ["--help"],
         "train --help": ["train", "--help"],
         "--version": ["--version"],
         "predict": ["predict", str(folder / "missing.png")],
         "piped run": [*train, "--output-dir", str(folder / "piped")],
-        "evaluate": ["evaluate", "--model", str(folder / "piped" / "model.keras"),
-                     "--dataset", os.path.join(dataset, "test")],
+        "evaluate": [
+            "evaluate",
+            "--model",
+            str(folder / "piped" / "model.keras"),
+            "--dataset",
+            os.path.join(dataset, "test"),
+        ],
     }
-    runs = keras_vit_runs(*commands.values(),
-                          on_terminal=[*train, "--output-dir", str(folder / "terminal")])
-    return {"missing": str(folder / "missing.png"),
-            **dict(zip([*commands, "terminal run"], runs))}
+    runs = keras_vit_runs(
+        *commands.values(), on_terminal=[*train, "--output-dir", str(folder / "terminal")]
+    )
+    return {"missing": str(folder / "missing.png"), **dict(zip([*commands, "terminal run"], runs))}
 
 
 @pytest.mark.slow
@@ -162,7 +190,8 @@ def test_help_version_and_errors_print_only_the_commands_own_lines(console):
     assert re.fullmatch(r"keras-vit \d+\.\d+\.\d+\S*\n", console["--version"][1])
     code, output = console["predict"]
     assert code == 1 and output.strip() == (
-        f"keras-vit predict: no such image file(s): [{console['missing']!r}]")
+        f"keras-vit predict: no such image file(s): [{console['missing']!r}]"
+    )
 
 
 @pytest.mark.backend_independent
@@ -171,8 +200,17 @@ def test_every_option_of_every_command_is_described_with_its_default():
 
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # argparse keeps them only here
-    assert set(commands) == {"demo", "convert", "train", "finetune", "pretrain", "evaluate",
-                             "export", "inspect", "predict"}
+    assert set(commands) == {
+        "demo",
+        "convert",
+        "train",
+        "finetune",
+        "pretrain",
+        "evaluate",
+        "export",
+        "inspect",
+        "predict",
+    }
     for name, command in commands.items():
         for action in command._actions:
             assert action.help, f"keras-vit {name} {action.option_strings or action.dest}"

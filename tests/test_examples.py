@@ -25,7 +25,8 @@ def test_quickstart_example_trains_and_takes_the_model_apart():
         "    count = 4096 if split == 'train' else 1000\n"
         "    return images[:count], labels[:count]\n"
         "keras_vit.data.load_fashion_mnist = first\n"
-        f"exec(open({path!r}).read())")
+        f"exec(open({path!r}).read())"
+    )
     assert "32/32 - " in out, out  # 4,096 images in batches of 128
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out)[1])
     assert accuracy > 0.4, out  # 2 epochs of 32 steps; chance is 0.1
@@ -43,8 +44,12 @@ def test_inspect_example_trains_a_plain_vit_and_writes_the_figures(tmp_path):
     assert "1 prefix token(s), 7x7 patches of 4x4 px" in out
     rows = re.findall(r"layer \d: +([0-9. ]+)", out)
     assert len(rows) == 4 and all(len(row.split()) == 4 for row in rows)
-    for name in ("attention_rollout", "attention_distance", "position_similarity",
-                 "embedding_filters"):
+    for name in (
+        "attention_rollout",
+        "attention_distance",
+        "position_similarity",
+        "embedding_filters",
+    ):
         assert os.path.getsize(tmp_path / "figures" / f"{name}.png") > 2000
 
 

@@ -38,9 +38,12 @@ def private_uses(path):
         else:
             names = []
         found += [(node.lineno, f"import {n}") for n in names if n.startswith(PRIVATE_MODULES)]
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
-                and not node.attr.startswith("__")
-                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
             found.append((node.lineno, f"._{node.attr[1:]}"))
     return found
 
@@ -61,8 +64,12 @@ def test_no_module_but_compat_reaches_into_private_names():
 def test_no_class_but_compats_overrides_a_private_keras_method():
     overrides = []
     for module_info in pkgutil.walk_packages(keras_vit.__path__, "keras_vit."):
-        if module_info.name in ("keras_vit._compat", "keras_vit.export.onnx_only",
-                                "keras_vit.export.tf_only", "keras_vit.cli.__main__"):
+        if module_info.name in (
+            "keras_vit._compat",
+            "keras_vit.export.onnx_only",
+            "keras_vit.export.tf_only",
+            "keras_vit.cli.__main__",
+        ):
             continue
         module = importlib.import_module(module_info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
@@ -70,18 +77,26 @@ def test_no_class_but_compats_overrides_a_private_keras_method():
                 continue
             keras_bases = [b for b in cls.__mro__[1:] if b.__module__.startswith("keras")]
             for attribute in vars(cls):
-                if (attribute.startswith("_") and not attribute.startswith("__")
-                        and any(hasattr(base, attribute) for base in keras_bases)):
+                if (
+                    attribute.startswith("_")
+                    and not attribute.startswith("__")
+                    and any(hasattr(base, attribute) for base in keras_bases)
+                ):
                     overrides.append(f"{cls.__module__}.{cls.__name__}.{attribute}")
     assert not overrides, "\n".join(overrides)
 
 
 def test_the_checks_see_what_they_look_for(tmp_path):
     probe = tmp_path / "probe.py"
-    probe.write_text("from keras.src import ops\nimport tensorflow.python.framework\n"
-                     "model._initial_epoch = 3\nself._mine = 1\n")
+    probe.write_text(
+        "from keras.src import ops\nimport tensorflow.python.framework\n"
+        "model._initial_epoch = 3\nself._mine = 1\n"
+    )
     assert [what for _, what in private_uses(str(probe))] == [
-        "import keras.src", "import tensorflow.python.framework", "._initial_epoch"]
+        "import keras.src",
+        "import tensorflow.python.framework",
+        "._initial_epoch",
+    ]
 
     class Sneaky(keras.callbacks.BackupAndRestore):
         def _save_model(self):

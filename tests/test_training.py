@@ -21,8 +21,15 @@ def fashion_mnist_dataset(count=1024, batch_size=64):
 
 def small_vit(**kwargs):
     return keras_vit.VisionTransformer(
-        patch_size=7, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64,
-        input_shape=(28, 28, 1), classes=10, classifier_activation=None, **kwargs,
+        patch_size=7,
+        hidden_dim=32,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=64,
+        input_shape=(28, 28, 1),
+        classes=10,
+        classifier_activation=None,
+        **kwargs,
     )
 
 
@@ -43,8 +50,10 @@ def test_mixed_bfloat16_trains_and_outputs_float32_logits(images):
     keras.config.set_dtype_policy("mixed_bfloat16")
     model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
     model.set_weights(
-        [np.random.default_rng(0).normal(0, 0.2, w.shape).astype("float32")
-         for w in model.get_weights()]
+        [
+            np.random.default_rng(0).normal(0, 0.2, w.shape).astype("float32")
+            for w in model.get_weights()
+        ]
     )
     float_model.set_weights(model.get_weights())
     assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
@@ -52,8 +61,10 @@ def test_mixed_bfloat16_trains_and_outputs_float32_logits(images):
     logits = model(images)
     assert ops.convert_to_numpy(logits).dtype == np.float32
     np.testing.assert_allclose(
-        ops.convert_to_numpy(logits), ops.convert_to_numpy(float_model(images)),
-        atol=0.1, rtol=0.05,
+        ops.convert_to_numpy(logits),
+        ops.convert_to_numpy(float_model(images)),
+        atol=0.1,
+        rtol=0.05,
     )
     # The attention softmax is computed in float32 under mixed precision.
     block = model.get_layer("encoderblock_0")

@@ -42,15 +42,21 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"keras-vit {installed_version()}")
     # The options of every sub-command.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--backend", choices=("tensorflow", "jax", "torch"), default=None,
-                        help="Keras backend (default: KERAS_BACKEND, else tensorflow)")
-    common.add_argument("--verbose", action="store_true",
-                        help="show the log lines of TensorFlow and the other libraries")
+    common.add_argument(
+        "--backend",
+        choices=("tensorflow", "jax", "torch"),
+        default=None,
+        help="Keras backend (default: KERAS_BACKEND, else tensorflow)",
+    )
+    common.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the log lines of TensorFlow and the other libraries",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name, **kwargs):
-        return commands.add_parser(name, parents=[common], formatter_class=HelpFormatter,
-                                   **kwargs)
+        return commands.add_parser(name, parents=[common], formatter_class=HelpFormatter, **kwargs)
 
     for module in COMMANDS:
         module.add_parser(command)
@@ -109,7 +115,10 @@ def _interrupted(args):
 
     found = latest_checkpoint(os.path.join(output_dir, "backup"))
     if found is None:
-        return (f"keras-vit {args.command}: interrupted before the first epoch ended; "
-                "nothing was kept.")
-    return (f"keras-vit {args.command}: interrupted after epoch {found[0]} (checkpoint in "
-            f"{found[1]}); run the same command again to resume.")
+        return (
+            f"keras-vit {args.command}: interrupted before the first epoch ended; nothing was kept."
+        )
+    return (
+        f"keras-vit {args.command}: interrupted after epoch {found[0]} (checkpoint in "
+        f"{found[1]}); run the same command again to resume."
+    )

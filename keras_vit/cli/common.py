@@ -6,6 +6,7 @@ import re
 import sys
 import tempfile
 
+
 def progress():
     """Keras' verbosity for long work: a live bar on a terminal, one line per epoch otherwise."""
     return 1 if sys.stdout.isatty() else 2
@@ -13,11 +14,31 @@ def progress():
 
 # The library's argument names, as the command line spells them.
 _CLI_NAMES = {
-    "gradient_accumulation_steps": "--accumulate", "quantization": "--quantize",
-    **{name: "--" + name.replace("_", "-") for name in (
-        "batch_size", "image_size", "patch_size", "data_dir", "output_dir", "validate_every",
-        "epochs", "recipe", "augmentation", "model_parallel", "top_k", "validation_split",
-        "max_image_pixels", "calibration_images", "dataset", "model", "seed", "distribute")},
+    "gradient_accumulation_steps": "--accumulate",
+    "quantization": "--quantize",
+    **{
+        name: "--" + name.replace("_", "-")
+        for name in (
+            "batch_size",
+            "image_size",
+            "patch_size",
+            "data_dir",
+            "output_dir",
+            "validate_every",
+            "epochs",
+            "recipe",
+            "augmentation",
+            "model_parallel",
+            "top_k",
+            "validation_split",
+            "max_image_pixels",
+            "calibration_images",
+            "dataset",
+            "model",
+            "seed",
+            "distribute",
+        )
+    },
 }
 
 
@@ -62,8 +83,9 @@ def check_writable(path, option, folder):
         if os.statvfs(parent).f_bavail == 0:
             raise OSError(28, os.strerror(28))  # ENOSPC: what the first write would meet
     except OSError as error:
-        raise ValueError(f"{option} {path}: cannot write in {parent} "
-                         f"({error.strerror or error})") from None
+        raise ValueError(
+            f"{option} {path}: cannot write in {parent} ({error.strerror or error})"
+        ) from None
 
 
 def check_installed(command, needs):
@@ -135,19 +157,26 @@ def load_run_model(path, classifier=True):
     if not os.path.isfile(path):
         raise ValueError(f"no such model file: {path!r}")
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a .keras model file: it is not a zip archive "
-                         "(a truncated download, or another kind of file)")
+        raise ValueError(
+            f"{path} is not a .keras model file: it is not a zip archive "
+            "(a truncated download, or another kind of file)"
+        )
     with zipfile.ZipFile(path) as archive:
         if "config.json" not in archive.namelist():
-            raise ValueError(f"{path} is a zip archive without config.json: not a .keras "
-                             "model file")
+            raise ValueError(
+                f"{path} is a zip archive without config.json: not a .keras model file"
+            )
     try:
         model = keras.models.load_model(path)
     except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as error:
         cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"{path} could not be loaded as a Keras model: {cause}") from None
-    if classifier and (len(model.outputs) != 1 or len(model.outputs[0].shape) != 2
-                       or len(model.inputs) != 1 or len(model.inputs[0].shape) != 4):
+    if classifier and (
+        len(model.outputs) != 1
+        or len(model.outputs[0].shape) != 2
+        or len(model.inputs) != 1
+        or len(model.inputs[0].shape) != 4
+    ):
         outputs = [tuple(o.shape) for o in model.outputs]
         raise ValueError(
             f"{path} is not an image classifier (images in, one row of class scores out; it "
@@ -206,8 +235,11 @@ def read_images(command, paths, height, width, channels, max_pixels=None):
     for path in paths:
         try:
             source_height, source_width = image_limits.check_file(path, max_pixels)
-            images.append(decode_for_eval(tf.io.read_file(path), (height, width), channels,
-                                          max_pixels=max_pixels))
+            images.append(
+                decode_for_eval(
+                    tf.io.read_file(path), (height, width), channels, max_pixels=max_pixels
+                )
+            )
         except image_limits.ImageTooLarge as error:
             print(f"keras-vit {command}: {path}: {error} (--max-image-pixels)", file=sys.stderr)
             continue
@@ -217,12 +249,18 @@ def read_images(command, paths, height, width, channels, max_pixels=None):
         except tf.errors.InvalidArgumentError as error:
             cause = re.sub(r"\{\{.*?\}\}|\[Op:.*$", "", error.message.strip().splitlines()[0])
             cause = cause.strip().rstrip(".")
-            print(f"keras-vit {command}: {path}: could not be decoded ({cause}); a truncated "
-                  "or damaged file, or an encoding TensorFlow does not read", file=sys.stderr)
+            print(
+                f"keras-vit {command}: {path}: could not be decoded ({cause}); a truncated "
+                "or damaged file, or an encoding TensorFlow does not read",
+                file=sys.stderr,
+            )
             continue
         if source_height < height or source_width < width:
-            print(f"keras-vit {command}: {path}: warning: {source_width}x{source_height} image "
-                  f"upscaled to the model's {width}x{height}", file=sys.stderr)
+            print(
+                f"keras-vit {command}: {path}: warning: {source_width}x{source_height} image "
+                f"upscaled to the model's {width}x{height}",
+                file=sys.stderr,
+            )
         kept.append(path)
     return kept, (np.stack(images) if images else None)
 
@@ -240,59 +278,113 @@ def image_shape(model, image_size=None):
 
 def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distributed=True):
     """The data, schedule and output options that `train`, `finetune` and `pretrain` share."""
-    parser.add_argument("--dataset", default="fashion_mnist",
-                        help="'fashion_mnist', an image folder, or a TFDS name")
-    parser.add_argument("--image-size", type=positive_int, default=None,
-                        help="default: 28 for the small models (Fashion-MNIST's size), 224 for "
-                             "the paper's variants; a fine-tune's: its checkpoint's")
+    parser.add_argument(
+        "--dataset",
+        default="fashion_mnist",
+        help="'fashion_mnist', an image folder, or a TFDS name",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=positive_int,
+        default=None,
+        help="default: 28 for the small models (Fashion-MNIST's size), 224 for "
+        "the paper's variants; a fine-tune's: its checkpoint's",
+    )
     parser.add_argument("--epochs", type=positive_int, default=epochs, help="training epochs")
-    parser.add_argument("--batch-size", type=positive_int, default=batch_size,
-                        help="images per step (the global batch with --distribute)")
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=batch_size,
+        help="images per step (the global batch with --distribute)",
+    )
     parser.add_argument("--recipe", default=recipe, help="small | pretrain | finetune")
-    parser.add_argument("--augmentation", default="none",
-                        help="none | light | medium | strong")
-    parser.add_argument("--output-dir", default=output_dir,
-                        help="folder for the run's files (and its resume checkpoints)")
+    parser.add_argument("--augmentation", default="none", help="none | light | medium | strong")
+    parser.add_argument(
+        "--output-dir",
+        default=output_dir,
+        help="folder for the run's files (and its resume checkpoints)",
+    )
     parser.add_argument("--data-dir", default=None, help="TFDS data folder")
-    parser.add_argument("--download", action="store_true",
-                        help="let TFDS download and prepare a dataset that is not prepared in "
-                             "--data-dir (without it, such a dataset is refused at once)")
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="let TFDS download and prepare a dataset that is not prepared in "
+        "--data-dir (without it, such a dataset is refused at once)",
+    )
     parser.add_argument("--seed", type=non_negative_int, default=0, help="random seed")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a finished run in OUTPUT_DIR, or start over an unfinished "
-                             "one whose settings differ")
-    parser.add_argument("--deterministic", action="store_true",
-                        help="deterministic kernels: a killed and resumed run ends with the "
-                             "weights of an uninterrupted one")
-    parser.add_argument("--accumulate", type=positive_int, default=None, metavar="STEPS",
-                        help="gradient accumulation: update every STEPS batches")
-    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
-                        help="train on the first N training images only (a quick trial run)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a finished run in OUTPUT_DIR, or start over an unfinished "
+        "one whose settings differ",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic kernels: a killed and resumed run ends with the "
+        "weights of an uninterrupted one",
+    )
+    parser.add_argument(
+        "--accumulate",
+        type=positive_int,
+        default=None,
+        metavar="STEPS",
+        help="gradient accumulation: update every STEPS batches",
+    )
+    parser.add_argument(
+        "--limit",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="train on the first N training images only (a quick trial run)",
+    )
     if not distributed:
         return
-    parser.add_argument("--distribute", choices=("data", "model"), default=None,
-                        help="data parallel over all devices (JAX: keras.distribution, "
-                             "TensorFlow: tf.distribute, multi-worker with TF_CONFIG) or "
-                             "model parallel (JAX); --batch-size is the global batch")
-    parser.add_argument("--model-parallel", type=positive_int, default=2,
-                        help="devices per model copy with --distribute model")
-    parser.add_argument("--cpu-devices", type=positive_int, default=None,
-                        help="split the CPU into this many devices (to try --distribute "
-                             "on one machine)")
-    parser.add_argument("--validation-split", type=fraction, default=None, metavar="FRACTION",
-                        help="for an image folder without test/ (one with test/ is refused): "
-                             "hold out this share of each class's training images as the test "
-                             "set (the same files each time)")
-    parser.add_argument("--validate-every", type=positive_int, default=None, metavar="EPOCHS",
-                        help="evaluate on the test split every EPOCHS epochs (default: "
-                             "after the last one only)")
+    parser.add_argument(
+        "--distribute",
+        choices=("data", "model"),
+        default=None,
+        help="data parallel over all devices (JAX: keras.distribution, "
+        "TensorFlow: tf.distribute, multi-worker with TF_CONFIG) or "
+        "model parallel (JAX); --batch-size is the global batch",
+    )
+    parser.add_argument(
+        "--model-parallel",
+        type=positive_int,
+        default=2,
+        help="devices per model copy with --distribute model",
+    )
+    parser.add_argument(
+        "--cpu-devices",
+        type=positive_int,
+        default=None,
+        help="split the CPU into this many devices (to try --distribute on one machine)",
+    )
+    parser.add_argument(
+        "--validation-split",
+        type=fraction,
+        default=None,
+        metavar="FRACTION",
+        help="for an image folder without test/ (one with test/ is refused): "
+        "hold out this share of each class's training images as the test "
+        "set (the same files each time)",
+    )
+    parser.add_argument(
+        "--validate-every",
+        type=positive_int,
+        default=None,
+        metavar="EPOCHS",
+        help="evaluate on the test split every EPOCHS epochs (default: after the last one only)",
+    )
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows every option's default (but not `None` or `False`)."""
 
     def _get_help_string(self, action):
-        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in (action.help or ""):
+        if action.default in (None, False, argparse.SUPPRESS) or "%(default)" in (
+            action.help or ""
+        ):
             return action.help
         return super()._get_help_string(action)
 
@@ -337,6 +429,9 @@ def fraction(text):
 def add_image_limit(parser):
     from keras_vit.data import image_limits
 
-    parser.add_argument("--max-image-pixels", type=positive_int, default=image_limits.MAX_PIXELS,
-                        help="refuse images whose header declares more pixels, before "
-                             "decoding them")
+    parser.add_argument(
+        "--max-image-pixels",
+        type=positive_int,
+        default=image_limits.MAX_PIXELS,
+        help="refuse images whose header declares more pixels, before decoding them",
+    )

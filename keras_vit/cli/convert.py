@@ -22,16 +22,22 @@ def add_parser(command):
     convert.add_argument("source", metavar="SRC", help="checkpoint file")
     convert.add_argument("destination", metavar="DST", help="output .keras file")
     convert.add_argument(
-        "--image-size", type=positive_int, default=None,
+        "--image-size",
+        type=positive_int,
+        default=None,
         help="build at this resolution (position embeddings resampled)",
     )
     convert.add_argument(
-        "--classes", type=positive_int, default=None,
+        "--classes",
+        type=positive_int,
+        default=None,
         help="a new zero-initialised head of this many classes",
     )
     convert.add_argument("--no-top", action="store_true", help="drop the head")
     convert.add_argument(
-        "--num-heads", type=positive_int, default=None,
+        "--num-heads",
+        type=positive_int,
+        default=None,
         help="attention heads, for files without config.json outside the variant table",
     )
     convert.add_argument("--overwrite", action="store_true", help="replace DST")
@@ -46,8 +52,7 @@ def run(args):
         )
     if os.path.exists(args.destination) and not args.overwrite:
         raise SystemExit(
-            f"keras-vit convert: {args.destination!r} exists; pass --overwrite "
-            "to replace it."
+            f"keras-vit convert: {args.destination!r} exists; pass --overwrite to replace it."
         )
     if not os.path.isfile(args.source):
         raise SystemExit(f"keras-vit convert: no such file: {args.source!r}")

@@ -16,13 +16,17 @@ NEEDS = ("train", ("tensorflow", "tensorflow_datasets"))
 
 def add_parser(command):
     evaluate = command(
-        "evaluate", help="evaluate a saved model",
+        "evaluate",
+        help="evaluate a saved model",
         description="Accuracy and loss of a saved model on a dataset split.",
     )
     evaluate.add_argument("--model", default="keras_vit_run/model.keras", help="a .keras file")
-    evaluate.add_argument("--dataset", default=None,
-                          help="'fashion_mnist', an image folder, or a TFDS name (default: the "
-                               "run's own, from run.json beside MODEL; else fashion_mnist)")
+    evaluate.add_argument(
+        "--dataset",
+        default=None,
+        help="'fashion_mnist', an image folder, or a TFDS name (default: the "
+        "run's own, from run.json beside MODEL; else fashion_mnist)",
+    )
     evaluate.add_argument("--split", default="test", help="dataset split")
     evaluate.add_argument("--batch-size", type=positive_int, default=500, help="images per step")
     evaluate.add_argument("--data-dir", default=None, help="TFDS data folder")
@@ -37,15 +41,23 @@ def run(args):
         model, _ = load_run_model(args.model)
         height, width, channels = image_shape(model)
         dataset, options = run_data(args)
-        if "validation_split" not in options and os.path.isdir(str(dataset)) \
-                and vit_data.folder_layout(dataset)["flat"]:
+        if (
+            "validation_split" not in options
+            and os.path.isdir(str(dataset))
+            and vit_data.folder_layout(dataset)["flat"]
+        ):
             # Class folders at the top, named for evaluation: all of their images.
-            test = vit_data.from_folder(dataset, image_size=(height, width), channels=channels,
-                                        batch_size=args.batch_size)
+            test = vit_data.from_folder(
+                dataset, image_size=(height, width), channels=channels, batch_size=args.batch_size
+            )
         else:
             test = vit_data.load(
-                dataset, args.split, image_size=(height, width), channels=channels,
-                batch_size=args.batch_size, **options,
+                dataset,
+                args.split,
+                image_size=(height, width),
+                channels=channels,
+                batch_size=args.batch_size,
+                **options,
             )
         if test.num_classes != model.outputs[0].shape[-1]:
             raise ValueError(
@@ -71,6 +83,8 @@ def run(args):
         # are dropped), which Keras reports as running out of data; it did not.
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         cross_entropy, accuracy = model.evaluate(test.data, verbose=progress())
-    print(f"{dataset} {args.split}: accuracy {accuracy:.4f}, cross-entropy "
-          f"{cross_entropy:.4f} ({test.size} images)")
+    print(
+        f"{dataset} {args.split}: accuracy {accuracy:.4f}, cross-entropy "
+        f"{cross_entropy:.4f} ({test.size} images)"
+    )
     return 0

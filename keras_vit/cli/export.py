@@ -35,39 +35,67 @@ def add_parser(command):
         ),
     )
     export.add_argument("model", metavar="MODEL", help="a .keras file")
-    export.add_argument("--format", choices=("saved_model", "tflite", "onnx"),
-                        default="saved_model",
-                        help="TF Serving SavedModel, TFLite / LiteRT file or ONNX file")
-    export.add_argument("--image-size", type=positive_int, default=None,
-                        help="for a model of any image size: the size to export a .tflite "
-                             "or .onnx at, or that serving_bytes resizes to")
-    export.add_argument("--quantize", choices=("none", "float16", "dynamic", "int8", "int8_full"),
-                        default="none", help="TFLite quantisation")
-    export.add_argument("--output", default=None,
-                        help="default: MODEL's folder, serving/NAME/, model[_QUANT].tflite "
-                             "or model.onnx")
-    export.add_argument("--top-k", type=positive_int, default=5,
-                        help="classes in the SavedModel's top-k outputs")
-    export.add_argument("--dataset", default=None,
-                        help="images to calibrate int8 and check the export with (default: "
-                             "the run's own, from run.json beside MODEL; else fashion_mnist)")
+    export.add_argument(
+        "--format",
+        choices=("saved_model", "tflite", "onnx"),
+        default="saved_model",
+        help="TF Serving SavedModel, TFLite / LiteRT file or ONNX file",
+    )
+    export.add_argument(
+        "--image-size",
+        type=positive_int,
+        default=None,
+        help="for a model of any image size: the size to export a .tflite "
+        "or .onnx at, or that serving_bytes resizes to",
+    )
+    export.add_argument(
+        "--quantize",
+        choices=("none", "float16", "dynamic", "int8", "int8_full"),
+        default="none",
+        help="TFLite quantisation",
+    )
+    export.add_argument(
+        "--output",
+        default=None,
+        help="default: MODEL's folder, serving/NAME/, model[_QUANT].tflite or model.onnx",
+    )
+    export.add_argument(
+        "--top-k", type=positive_int, default=5, help="classes in the SavedModel's top-k outputs"
+    )
+    export.add_argument(
+        "--dataset",
+        default=None,
+        help="images to calibrate int8 and check the export with (default: "
+        "the run's own, from run.json beside MODEL; else fashion_mnist)",
+    )
     export.add_argument("--data-dir", default=None, help="TFDS data folder")
-    export.add_argument("--calibration-images", type=positive_int, default=256,
-                        help="training images that calibrate int8")
+    export.add_argument(
+        "--calibration-images",
+        type=positive_int,
+        default=256,
+        help="training images that calibrate int8",
+    )
     export.add_argument("--check-images", type=non_negative_int, default=256, help="0: no check")
-    export.add_argument("--overwrite", action="store_true",
-                        help="replace an existing version directory / file")
+    export.add_argument(
+        "--overwrite", action="store_true", help="replace an existing version directory / file"
+    )
     export.set_defaults(run=run, needs=NEEDS)
 
 
 def _dataset_images(model, dataset, split, count, options, image_size=None):
-    """`count` evaluation-view images (float array) of a dataset split, at the model's input size."""
+    """`count` evaluation-view images (a float array) of a split, at the model's input size."""
     from keras_vit import data as vit_data
     from keras_vit.export.litert import calibration_images
 
     shape = image_shape(model, image_size)
-    loaded = vit_data.load(dataset, split, image_size=shape[:2], channels=shape[2],
-                           batch_size=min(count, 256), **options)
+    loaded = vit_data.load(
+        dataset,
+        split,
+        image_size=shape[:2],
+        channels=shape[2],
+        batch_size=min(count, 256),
+        **options,
+    )
     return calibration_images(loaded.data, shape, count)
 
 
@@ -103,34 +131,60 @@ def run(args):
         check_writable(output, "--output", folder=args.format == "saved_model")
         dataset, data_options = run_data(args)
         if args.format == "saved_model":
-            path = export.saved_model(model, output, class_names=class_names,
-                                      top_k=args.top_k, overwrite=args.overwrite,
-                                      image_size=args.image_size)
+            path = export.saved_model(
+                model,
+                output,
+                class_names=class_names,
+                top_k=args.top_k,
+                overwrite=args.overwrite,
+                image_size=args.image_size,
+            )
         elif args.format == "onnx":
-            path = export.onnx(model, output, image_size=args.image_size,
-                               class_names=class_names, overwrite=args.overwrite)["path"]
+            path = export.onnx(
+                model,
+                output,
+                image_size=args.image_size,
+                class_names=class_names,
+                overwrite=args.overwrite,
+            )["path"]
         else:
             calibration = None
             if args.quantize in ("int8", "int8_full"):
                 # The representative data comes from the training split.
-                calibration = _dataset_images(model, dataset, "train",
-                                              args.calibration_images, data_options,
-                                              args.image_size)
-            result = export.tflite(model, output, quantization=args.quantize,
-                                   representative_data=calibration,
-                                   calibration_count=args.calibration_images,
-                                   class_names=class_names, overwrite=args.overwrite,
-                                   image_size=args.image_size)
+                calibration = _dataset_images(
+                    model, dataset, "train", args.calibration_images, data_options, args.image_size
+                )
+            result = export.tflite(
+                model,
+                output,
+                quantization=args.quantize,
+                representative_data=calibration,
+                calibration_count=args.calibration_images,
+                class_names=class_names,
+                overwrite=args.overwrite,
+                image_size=args.image_size,
+            )
             path = result["path"]
     except (ValueError, TypeError) as error:
         fail("export", error)
     print(f"exported {args.format} to {path}")
     if args.check_images <= 0:
         return 0
-    check_split = "train" if dataset != "fashion_mnist" and "validation_split" not in \
-        data_options and not _has_test_split(dataset) else "test"
-    images = _dataset_images(model, dataset, check_split, args.check_images, data_options,
-                             args.image_size if args.format != "saved_model" else None)
+    check_split = (
+        "train"
+        if dataset != "fashion_mnist"
+        and "validation_split" not in data_options
+        and not _has_test_split(dataset)
+        else "test"
+    )
+    images = _dataset_images(
+        model,
+        dataset,
+        check_split,
+        args.check_images,
+        data_options,
+        args.image_size if args.format != "saved_model" else None,
+    )
     if args.format == "saved_model":
         import tensorflow as tf
 
@@ -142,29 +196,40 @@ def run(args):
         for signature in SIGNATURES:
             numbers = report.get(signature)
             if numbers:
-                print(f"{signature}: max abs error {numbers['max_abs_error']:.2e}, "
-                      f"top-1 agreement {numbers['top1_agreement']:.2%} "
-                      "(TensorFlow-only process, PredictRequest)")
-                agreements.append((numbers["top1_agreement"], len(images)
-                                   if signature != "serving_bytes" else len(encoded)))
+                print(
+                    f"{signature}: max abs error {numbers['max_abs_error']:.2e}, "
+                    f"top-1 agreement {numbers['top1_agreement']:.2%} "
+                    "(TensorFlow-only process, PredictRequest)"
+                )
+                agreements.append(
+                    (
+                        numbers["top1_agreement"],
+                        len(images) if signature != "serving_bytes" else len(encoded),
+                    )
+                )
         # (A signature the server refused has no agreement: its error is in the table.)
         top1_agreement, count = min(agreements, default=(1.0, 0))
     elif args.format == "onnx":
-        print(f"checking the export in ONNX Runtime (a process without Keras) on "
-              f"{len(images)} images")
+        print(
+            f"checking the export in ONNX Runtime (a process without Keras) on {len(images)} images"
+        )
         report = export.check_onnx(path, model, images, verbose=progress())
-        print(f"ONNX Runtime: {report['bytes'] / 1e6:.2f} MB, max abs error "
-              f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
-              f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
-              "(2 threads)")
+        print(
+            f"ONNX Runtime: {report['bytes'] / 1e6:.2f} MB, max abs error "
+            f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
+            f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
+            "(2 threads)"
+        )
         top1_agreement, count = report["top1_agreement"], len(images)
     else:
         print(f"checking the export in LiteRT on {len(images)} images")
         report = export.check_tflite(path, model, images, verbose=progress())
-        print(f"LiteRT: {report['bytes'] / 1e6:.2f} MB, max abs error "
-              f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
-              f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
-              "(2 threads)")
+        print(
+            f"LiteRT: {report['bytes'] / 1e6:.2f} MB, max abs error "
+            f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
+            f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
+            "(2 threads)"
+        )
         top1_agreement, count = report["top1_agreement"], len(images)
     # Kept, but flagged: the file is the user's to judge.
     warning = agreement_warning(top1_agreement, count, path)

@@ -48,8 +48,7 @@ def run(args):
             raise ValueError(f"{args.model}: {error}") from None
     except ValueError as error:
         fail("inspect", error)
-    paths, images = read_images("inspect", args.images, *image_shape(model),
-                                 args.max_image_pixels)
+    paths, images = read_images("inspect", args.images, *image_shape(model), args.max_image_pixels)
     if images is None:
         fail("inspect", "no image could be read")
     titles = [os.path.basename(p) for p in paths]
@@ -57,6 +56,8 @@ def run(args):
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
     if vit_inspect.has_stem(model):
-        print(f"  {'embedding_filters':<20} skipped: the model has a convolutional stem, so its "
-              "patch filters see feature maps, not pixels")
+        print(
+            f"  {'embedding_filters':<20} skipped: the model has a convolutional stem, so its "
+            "patch filters see feature maps, not pixels"
+        )
     return 0

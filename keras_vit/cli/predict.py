@@ -16,11 +16,17 @@ NEEDS = ("train", ("tensorflow",))
 
 
 def add_parser(command):
-    predict = command("predict", help="top-k classes of image files",
-                      description="The top-k classes of each image file (JPEG, PNG, GIF, BMP).")
+    predict = command(
+        "predict",
+        help="top-k classes of image files",
+        description="The top-k classes of each image file (JPEG, PNG, GIF, BMP).",
+    )
     predict.add_argument("images", metavar="IMAGE", nargs="+", help="image files")
-    predict.add_argument("--model", default="keras_vit_run/model.keras",
-                         help="a .keras file, or a .tflite file from `keras-vit export`")
+    predict.add_argument(
+        "--model",
+        default="keras_vit_run/model.keras",
+        help="a .keras file, or a .tflite file from `keras-vit export`",
+    )
     predict.add_argument("--top-k", type=positive_int, default=3, help="classes shown per image")
     add_image_limit(predict)
     predict.set_defaults(run=run, needs=NEEDS)
@@ -50,8 +56,9 @@ def run(args):
             outputs_logits = not outputs_probabilities(model)
     except ValueError as error:
         fail("predict", error)
-    paths, batch = read_images("predict", args.images, height, width, channels,
-                                args.max_image_pixels)
+    paths, batch = read_images(
+        "predict", args.images, height, width, channels, args.max_image_pixels
+    )
     if batch is None:
         fail("predict", "no image could be read")
     probabilities = as_probabilities(runner(batch), not outputs_logits)

@@ -30,23 +30,50 @@ def add_parser(command):
             "keras-vit finetune OUTPUT_DIR/model.keras --dataset DATASET."
         ),
     )
-    pretrain.add_argument("--objective", choices=("mpp", "mae"), default="mpp",
-                          help="masked patch prediction (the paper's) or MAE")
-    pretrain.add_argument("--model", default="small/4",
-                          help="'small/4' or a variant of the paper, e.g. Ti/16")
-    pretrain.add_argument("--patch-size", type=positive_int, default=None,
-                          help="patch size in pixels (default: the model's)")
-    pretrain.add_argument("--target", choices=("mean_color", "color_grid", "pixels"),
-                          default="mean_color", help="mpp: what to predict per corrupted patch")
-    pretrain.add_argument("--corruption-rate", type=fraction, default=0.5,
-                          help="mpp: fraction of patches corrupted")
-    pretrain.add_argument("--mask-ratio", type=fraction, default=0.75,
-                          help="mae: fraction of patches dropped")
-    pretrain.add_argument("--decoder-dim", type=positive_int, default=None, help="mae decoder width")
-    pretrain.add_argument("--decoder-depth", type=positive_int, default=None, help="mae decoder blocks")
-    pretrain.add_argument("--decoder-heads", type=positive_int, default=None, help="mae decoder heads")
-    add_run_arguments(pretrain, epochs=10, batch_size=128, recipe="small",
-                       output_dir="keras_vit_pretrain", distributed=False)
+    pretrain.add_argument(
+        "--objective",
+        choices=("mpp", "mae"),
+        default="mpp",
+        help="masked patch prediction (the paper's) or MAE",
+    )
+    pretrain.add_argument(
+        "--model", default="small/4", help="'small/4' or a variant of the paper, e.g. Ti/16"
+    )
+    pretrain.add_argument(
+        "--patch-size",
+        type=positive_int,
+        default=None,
+        help="patch size in pixels (default: the model's)",
+    )
+    pretrain.add_argument(
+        "--target",
+        choices=("mean_color", "color_grid", "pixels"),
+        default="mean_color",
+        help="mpp: what to predict per corrupted patch",
+    )
+    pretrain.add_argument(
+        "--corruption-rate", type=fraction, default=0.5, help="mpp: fraction of patches corrupted"
+    )
+    pretrain.add_argument(
+        "--mask-ratio", type=fraction, default=0.75, help="mae: fraction of patches dropped"
+    )
+    pretrain.add_argument(
+        "--decoder-dim", type=positive_int, default=None, help="mae decoder width"
+    )
+    pretrain.add_argument(
+        "--decoder-depth", type=positive_int, default=None, help="mae decoder blocks"
+    )
+    pretrain.add_argument(
+        "--decoder-heads", type=positive_int, default=None, help="mae decoder heads"
+    )
+    add_run_arguments(
+        pretrain,
+        epochs=10,
+        batch_size=128,
+        recipe="small",
+        output_dir="keras_vit_pretrain",
+        distributed=False,
+    )
     pretrain.set_defaults(run=run, needs=NEEDS)
 
 
@@ -58,26 +85,48 @@ def run(args):
         options = {"target": args.target, "corruption_rate": args.corruption_rate}
     else:
         options = {"mask_ratio": args.mask_ratio}
-        options.update({key: value for key, value in (
-            ("decoder_dim", args.decoder_dim), ("decoder_depth", args.decoder_depth),
-            ("decoder_heads", args.decoder_heads)) if value is not None})
+        options.update(
+            {
+                key: value
+                for key, value in (
+                    ("decoder_dim", args.decoder_dim),
+                    ("decoder_depth", args.decoder_depth),
+                    ("decoder_heads", args.decoder_heads),
+                )
+                if value is not None
+            }
+        )
     try:
         check_writable(args.output_dir, "--output-dir", folder=True)
         result = pretrain(
-            args.dataset, objective=args.objective, objective_options=options,
-            model=args.model, image_size=args.image_size, patch_size=args.patch_size,
-            epochs=args.epochs, batch_size=args.batch_size, recipe=args.recipe,
-            augmentation=args.augmentation, output_dir=args.output_dir, seed=args.seed,
-            data_dir=args.data_dir, download=args.download, overwrite=args.overwrite,
+            args.dataset,
+            objective=args.objective,
+            objective_options=options,
+            model=args.model,
+            image_size=args.image_size,
+            patch_size=args.patch_size,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            recipe=args.recipe,
+            augmentation=args.augmentation,
+            output_dir=args.output_dir,
+            seed=args.seed,
+            data_dir=args.data_dir,
+            download=args.download,
+            overwrite=args.overwrite,
             gradient_accumulation_steps=args.accumulate,
-            deterministic=args.deterministic, limit=args.limit, verbose=progress(),
+            deterministic=args.deterministic,
+            limit=args.limit,
+            verbose=progress(),
         )
     except (ValueError, RuntimeError) as error:
         fail("pretrain", error)
     metrics, paths = result["metrics"], result["paths"]
     shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in ("loss", "accuracy") if k in metrics)
-    print(f"last epoch: {shown}; pre-trained in {metrics['fit_seconds']:.0f} s, "
-          f"{metrics['total_seconds']:.0f} s in all")
+    print(
+        f"last epoch: {shown}; pre-trained in {metrics['fit_seconds']:.0f} s, "
+        f"{metrics['total_seconds']:.0f} s in all"
+    )
     for name, path in paths.items():
         print(f"  {name:<20} {path}")
     print(f"fine-tune it: {finetune_command(paths['model.keras'], args)}")

@@ -27,12 +27,16 @@ def add_parser(command):
             "finished epoch."
         ),
     )
-    train.add_argument("--model", default="small",
-                       help="'small' or a variant of the paper, e.g. Ti/16, S/16")
-    train.add_argument("--patch-size", type=positive_int, default=None,
-                       help="patch size in pixels (default: the model's)")
-    add_run_arguments(train, epochs=9, batch_size=128, recipe="small",
-                       output_dir="keras_vit_run")
+    train.add_argument(
+        "--model", default="small", help="'small' or a variant of the paper, e.g. Ti/16, S/16"
+    )
+    train.add_argument(
+        "--patch-size",
+        type=positive_int,
+        default=None,
+        help="patch size in pixels (default: the model's)",
+    )
+    add_run_arguments(train, epochs=9, batch_size=128, recipe="small", output_dir="keras_vit_run")
     _add_patch_dropout(train)
     train.set_defaults(run=run, needs=NEEDS)
 
@@ -47,18 +51,27 @@ def add_parser(command):
             "outputs and resume as `keras-vit train`."
         ),
     )
-    finetune.add_argument("weights", metavar="CHECKPOINT",
-                          help="a .keras file, an official .npz, a Hugging Face or timm file")
-    add_run_arguments(finetune, epochs=2, batch_size=256, recipe="finetune",
-                       output_dir="keras_vit_finetune")
+    finetune.add_argument(
+        "weights",
+        metavar="CHECKPOINT",
+        help="a .keras file, an official .npz, a Hugging Face or timm file",
+    )
+    add_run_arguments(
+        finetune, epochs=2, batch_size=256, recipe="finetune", output_dir="keras_vit_finetune"
+    )
     _add_patch_dropout(finetune)
     finetune.set_defaults(run=run, needs=NEEDS)
 
 
 def _add_patch_dropout(parser):
-    parser.add_argument("--patch-dropout", type=fraction, default=None, metavar="RATE",
-                        help="train on a random share 1 - RATE of each image's patch tokens "
-                             "(cheaper steps at high resolution; evaluation sees all)")
+    parser.add_argument(
+        "--patch-dropout",
+        type=fraction,
+        default=None,
+        metavar="RATE",
+        help="train on a random share 1 - RATE of each image's patch tokens "
+        "(cheaper steps at high resolution; evaluation sees all)",
+    )
 
 
 def run(args):
@@ -69,25 +82,38 @@ def run(args):
     try:
         check_writable(args.output_dir, "--output-dir", folder=True)
         result = train(
-            args.dataset, model=getattr(args, "model", "small"),
-            image_size=args.image_size, patch_size=getattr(args, "patch_size", None),
-            epochs=args.epochs, batch_size=args.batch_size,
-            recipe=args.recipe, augmentation=args.augmentation,
-            output_dir=args.output_dir, seed=args.seed, data_dir=args.data_dir,
-            overwrite=args.overwrite, weights=weights, distribute=args.distribute,
+            args.dataset,
+            model=getattr(args, "model", "small"),
+            image_size=args.image_size,
+            patch_size=getattr(args, "patch_size", None),
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            recipe=args.recipe,
+            augmentation=args.augmentation,
+            output_dir=args.output_dir,
+            seed=args.seed,
+            data_dir=args.data_dir,
+            overwrite=args.overwrite,
+            weights=weights,
+            distribute=args.distribute,
             model_parallel=args.model_parallel,
             gradient_accumulation_steps=args.accumulate,
             patch_dropout_rate=args.patch_dropout,
-            validate_every=args.validate_every, deterministic=args.deterministic,
-            validation_split=args.validation_split, download=args.download, limit=args.limit,
+            validate_every=args.validate_every,
+            deterministic=args.deterministic,
+            validation_split=args.validation_split,
+            download=args.download,
+            limit=args.limit,
             verbose=progress(),
         )
     except (ValueError, RuntimeError) as error:
         fail(args.command, error)
     metrics, paths = result["metrics"], result["paths"]
     if "test_accuracy" in metrics:
-        print(f"test accuracy: {metrics['test_accuracy']:.4f}, "
-              f"cross-entropy {metrics['test_cross_entropy']:.4f}")
+        print(
+            f"test accuracy: {metrics['test_accuracy']:.4f}, "
+            f"cross-entropy {metrics['test_cross_entropy']:.4f}"
+        )
     print(f"trained in {metrics['fit_seconds']:.0f} s, {metrics['total_seconds']:.0f} s in all")
     for name, path in paths.items():
         print(f"  {name:<20} {path}")

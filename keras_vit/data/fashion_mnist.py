@@ -40,13 +40,9 @@ def read_idx(path):
     magic = int.from_bytes(data[:4], "big")
     ndim = data[3]
     if _IDX_MAGIC.get(ndim) != magic:
-        raise ValueError(
-            f"{path!r} is not an IDX file of unsigned bytes (magic {magic})."
-        )
+        raise ValueError(f"{path!r} is not an IDX file of unsigned bytes (magic {magic}).")
     header = 4 + 4 * ndim
-    shape = tuple(
-        int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)
-    )
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     size = int(np.prod(shape))
     if len(data) - header != size:
         raise ValueError(
@@ -71,9 +67,7 @@ def load_fashion_mnist(split="train", data_dir=DEBIAN_DIR):
         `(images, labels)`: uint8 `(N, 28, 28, 1)` and int64 `(N,)`.
     """
     if split not in _FILES:
-        raise ValueError(
-            f"`split` must be one of {tuple(_FILES)}. Received: split={split!r}"
-        )
+        raise ValueError(f"`split` must be one of {tuple(_FILES)}. Received: split={split!r}")
     image_file, label_file = (os.path.join(data_dir, f) for f in _FILES[split])
     if os.path.isfile(image_file) and os.path.isfile(label_file):
         images, labels = read_idx(image_file), read_idx(label_file)
@@ -89,7 +83,5 @@ def load_fashion_mnist(split="train", data_dir=DEBIAN_DIR):
             ) from error
         images, labels = train if split == "train" else test
     if len(images) != len(labels):
-        raise ValueError(
-            f"Fashion-MNIST {split}: {len(images)} images but {len(labels)} labels."
-        )
+        raise ValueError(f"Fashion-MNIST {split}: {len(images)} images but {len(labels)} labels.")
     return images[..., None], labels.astype("int64")

@@ -52,7 +52,7 @@ def fixed_fields(raw, fields):
     weights = np.zeros((len(fields), int(raw.shape[0])), np.int64)
     for row, (start, count, byte_order) in enumerate(fields):
         powers = 256 ** np.arange(count, dtype=np.int64)
-        weights[row, start:start + count] = powers if byte_order == "little" else powers[::-1]
+        weights[row, start : start + count] = powers if byte_order == "little" else powers[::-1]
     return tf.unstack(tf.reduce_sum(raw[None, :] * weights, axis=1), num=len(fields))
 
 
@@ -76,8 +76,8 @@ def signatures_found(raw, signatures):
     checked = np.zeros(expected.shape, bool)
     for row, parts in enumerate(signatures):
         for offset, part in parts.items():
-            expected[row, offset:offset + len(part)] = list(part)
-            checked[row, offset:offset + len(part)] = True
+            expected[row, offset : offset + len(part)] = list(part)
+            checked[row, offset : offset + len(part)] = True
     matches = tf.reduce_all(tf.equal(raw[None, :], expected) | ~checked, axis=1)
     return tf.unstack(matches, num=len(signatures))
 
@@ -103,5 +103,8 @@ def numbers_at(raw, positions, count, little_endian):
     indices = tf.clip_by_value(positions[..., None] + np.arange(count, dtype=np.int64), 0, size - 1)
     digits = tf.gather(raw, indices)
     powers = 256 ** np.arange(count, dtype=np.int64)
-    return tf.where(little_endian, tf.reduce_sum(digits * powers, axis=-1),
-                    tf.reduce_sum(digits * powers[::-1], axis=-1))
+    return tf.where(
+        little_endian,
+        tf.reduce_sum(digits * powers, axis=-1),
+        tf.reduce_sum(digits * powers[::-1], axis=-1),
+    )

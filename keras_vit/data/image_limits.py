@@ -39,8 +39,10 @@ def resolve_limits(max_pixels=None, max_bytes=None):
     """`(max_pixels, max_bytes)`: the given values, or the module's defaults."""
     max_pixels = MAX_PIXELS if max_pixels is None else max_pixels
     max_bytes = MAX_BYTES if max_bytes is None else max_bytes
-    return (_check_limit("max_pixels", max_pixels, max_pixels),
-            _check_limit("max_bytes", max_bytes, max_bytes))
+    return (
+        _check_limit("max_pixels", max_pixels, max_pixels),
+        _check_limit("max_bytes", max_bytes, max_bytes),
+    )
 
 
 def _jpeg_size(stream):
@@ -189,18 +191,49 @@ def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
     length = tf.strings.length(encoded, unit="BYTE")
     raw = leading_bytes(encoded, 30)
     is_png, is_gif87, is_gif89, is_bmp, is_jpeg, is_webp, is_vp8, is_vp8l, is_vp8x = (
-        signatures_found(raw, [
-            {0: _PNG}, {0: b"GIF87a"}, {0: b"GIF89a"}, {0: b"BM"}, {0: b"\xff\xd8\xff"},
-            {0: b"RIFF", 8: b"WEBP"}, {12: b"VP8 "}, {12: b"VP8L"}, {12: b"VP8X"},
-        ])
+        signatures_found(
+            raw,
+            [
+                {0: _PNG},
+                {0: b"GIF87a"},
+                {0: b"GIF89a"},
+                {0: b"BM"},
+                {0: b"\xff\xd8\xff"},
+                {0: b"RIFF", 8: b"WEBP"},
+                {12: b"VP8 "},
+                {12: b"VP8L"},
+                {12: b"VP8X"},
+            ],
+        )
     )
-    (png_width, png_height, gif_width, gif_height, bmp_width, bmp_height,
-     vp8_width, vp8_height, vp8l_bits, vp8x_width, vp8x_height) = fixed_fields(raw, [
-        (16, 4, "big"), (20, 4, "big"), (6, 2, "little"), (8, 2, "little"),
-        (18, 4, "little"), (22, 4, "little"),
-        (26, 2, "little"), (28, 2, "little"), (21, 4, "little"), (24, 3, "little"),
-        (27, 3, "little"),
-    ])
+    (
+        png_width,
+        png_height,
+        gif_width,
+        gif_height,
+        bmp_width,
+        bmp_height,
+        vp8_width,
+        vp8_height,
+        vp8l_bits,
+        vp8x_width,
+        vp8x_height,
+    ) = fixed_fields(
+        raw,
+        [
+            (16, 4, "big"),
+            (20, 4, "big"),
+            (6, 2, "little"),
+            (8, 2, "little"),
+            (18, 4, "little"),
+            (22, 4, "little"),
+            (26, 2, "little"),
+            (28, 2, "little"),
+            (21, 4, "little"),
+            (24, 3, "little"),
+            (27, 3, "little"),
+        ],
+    )
 
     zero = tf.constant(0, tf.int64)
 
@@ -222,18 +255,25 @@ def assert_within_limits(encoded, max_pixels=None, max_bytes=None):
         + tf.where(is_vp8l, (vp8l_bits % 2**14 + 1) * (vp8l_bits // 2**14 % 2**14 + 1), zero)
         + tf.where(is_vp8x, (vp8x_width + 1) * (vp8x_height + 1), zero),
     }
-    kinds = {"png": is_png, "gif": is_gif87 | is_gif89, "bmp": is_bmp, "jpeg": is_jpeg,
-             "webp": is_webp}
+    kinds = {
+        "png": is_png,
+        "gif": is_gif87 | is_gif89,
+        "bmp": is_bmp,
+        "jpeg": is_jpeg,
+        "webp": is_webp,
+    }
     # The signatures exclude each other: at most one term is not zero.
     pixels = tf.add_n([tf.where(kinds[kind], declared[kind], zero) for kind in kinds])
     return tf.group(
         tf.debugging.assert_less_equal(
-            length, tf.constant(max_bytes, length.dtype),
+            length,
+            tf.constant(max_bytes, length.dtype),
             message=f"image refused: more bytes than the limit of {max_bytes:,} (max_bytes)",
         ),
         tf.debugging.assert_less_equal(
-            pixels, tf.constant(max_pixels, tf.int64),
+            pixels,
+            tf.constant(max_pixels, tf.int64),
             message=f"image refused before decoding: its header declares more pixels than "
-                    f"the limit of {max_pixels:,} (max_pixels)",
+            f"the limit of {max_pixels:,} (max_pixels)",
         ),
     )

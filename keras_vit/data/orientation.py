@@ -49,8 +49,9 @@ def exif_orientation(encoded):
     # The segment's start: the first offset whose following bytes match.
     offsets = [i for i, byte in enumerate(_APP1_EXIF) if byte is not None]
     windows = tf.gather(raw, np.arange(SEARCH_BYTES, dtype=np.int32)[:, None] + offsets)
-    found = tf.reduce_all(tf.equal(windows, np.array([_APP1_EXIF[i] for i in offsets], np.uint8)),
-                          axis=1)
+    found = tf.reduce_all(
+        tf.equal(windows, np.array([_APP1_EXIF[i] for i in offsets], np.uint8)), axis=1
+    )
     raw = tf.cast(raw, tf.int64)
     tiff = tf.argmax(tf.cast(found, tf.int64)) + len(_APP1_EXIF)
     order = tf.gather(raw, tiff + [0, 1])
@@ -62,8 +63,9 @@ def exif_orientation(encoded):
     listed = np.arange(_MAX_ENTRIES) < numbers_at(raw, directory, 2, little)
     is_orientation = listed & tf.equal(numbers_at(raw, entries, 2, little), 0x0112)
     # A SHORT value sits in the first two bytes of the entry's value field.
-    value = tf.reduce_max(tf.where(is_orientation, numbers_at(raw, entries + 8, 2, little),
-                                   tf.zeros_like(entries)))
+    value = tf.reduce_max(
+        tf.where(is_orientation, numbers_at(raw, entries + 8, 2, little), tf.zeros_like(entries))
+    )
     is_jpeg = tf.reduce_all(tf.equal(raw[:3], [0xFF, 0xD8, 0xFF]))
     valid = is_jpeg & tf.reduce_any(found) & (little | big) & (value >= 1) & (value <= 8)
     return tf.cast(tf.where(valid, value, tf.ones_like(value)), tf.int32)
@@ -90,8 +92,9 @@ def upright(image, orientation):
     # columns, both or neither; as data-dependent arguments of one op each,
     # not eight branches (graphs built each time a pipeline is traced).
     orientation = tf.convert_to_tensor(orientation)
-    orientation = tf.where((orientation >= 1) & (orientation <= 8), orientation,
-                           tf.ones_like(orientation))
+    orientation = tf.where(
+        (orientation >= 1) & (orientation <= 8), orientation, tf.ones_like(orientation)
+    )
     transposed = orientation >= 5
     flip_rows = tf.reduce_any(tf.equal(orientation, [3, 4, 7, 8]))
     flip_columns = tf.reduce_any(tf.equal(orientation, [2, 3, 6, 7]))

@@ -155,14 +155,16 @@ def decode_upright(encoded, max_pixels=None, max_bytes=None):
     """
     import tensorflow as tf
 
-    with tf.control_dependencies([image_limits.assert_within_limits(encoded, max_pixels,
-                                                                    max_bytes)]):
+    with tf.control_dependencies(
+        [image_limits.assert_within_limits(encoded, max_pixels, max_bytes)]
+    ):
         image = tf.io.decode_image(encoded, expand_animations=False)
     return orientation.upright(image, orientation.exif_orientation(encoded))
 
 
-def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixels=None,
-                    max_bytes=None):
+def decode_for_eval(
+    encoded, image_size, channels=3, crop_fraction=1.0, max_pixels=None, max_bytes=None
+):
     """Encoded image bytes as the evaluation pipeline's view of them.
 
     Decodes JPEG/PNG/GIF/BMP/WebP bytes (`decode_upright`: the first frame
@@ -186,8 +188,9 @@ def decode_for_eval(encoded, image_size, channels=3, crop_fraction=1.0, max_pixe
     import tensorflow as tf
 
     image_size = _check_size(image_size)
-    image = to_channels(tf.cast(decode_upright(encoded, max_pixels, max_bytes), tf.float32),
-                        channels)
+    image = to_channels(
+        tf.cast(decode_upright(encoded, max_pixels, max_bytes), tf.float32), channels
+    )
     image = center_crop(image, image_size, crop_fraction)
     image.set_shape((*image_size, channels))
     return image
@@ -290,7 +293,8 @@ def make_pipeline(
         )
     if shard is not None:
         if (
-            not isinstance(shard, (tuple, list)) or len(shard) != 2
+            not isinstance(shard, (tuple, list))
+            or len(shard) != 2
             or not all(isinstance(s, int) for s in shard)
             or not 0 <= shard[1] < shard[0]
         ):
@@ -314,7 +318,9 @@ def make_pipeline(
         # stream, so a given seed replays the same augmented batches.
         image, label = as_float(*example)
         crop_seed = tf.stack([tf.cast(seed, tf.int64), index])
-        return _random_resized_crops(image[None], image_size, crop_scale, ratio, crop_seed)[0], label
+        return _random_resized_crops(image[None], image_size, crop_scale, ratio, crop_seed)[
+            0
+        ], label
 
     def view_one(image, label):
         return center_crop(as_float(image, label)[0], image_size, fraction), label
@@ -350,7 +356,9 @@ def make_pipeline(
         data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if not per_batch:  # varying sizes: one size per example before batching
         if random_crop:
-            data = counted(data).map(crop_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            data = counted(data).map(
+                crop_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            )
         else:
             data = data.map(view_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     data = data.batch(
@@ -402,9 +410,7 @@ def from_arrays(images, labels, class_names=None, **kwargs):
     if class_names is None:
         class_names = tuple(str(i) for i in range(num_classes))
     if len(class_names) < num_classes:
-        raise ValueError(
-            f"{len(class_names)} class names for labels up to {num_classes - 1}."
-        )
+        raise ValueError(f"{len(class_names)} class names for labels up to {num_classes - 1}.")
     dataset = tf.data.Dataset.from_tensor_slices((images, labels))
     data = make_pipeline(dataset, len(class_names), shuffle_buffer=len(images), **kwargs)
     return Dataset(data, tuple(class_names), limited(len(images), kwargs.get("limit")))
@@ -458,7 +464,8 @@ def list_image_folder(directory, max_pixels=None, max_bytes=None):
             f"class. Received: directory={directory!r}"
         )
     class_names = sorted(
-        d for d in os.listdir(directory)
+        d
+        for d in os.listdir(directory)
         if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
     )
     if not class_names:
@@ -495,8 +502,11 @@ def held_out_split(labels, validation_split):
     Deterministic (the same files for the same folder, whatever the training
     seed), stratified, at least one image of each class held out.
     """
-    if isinstance(validation_split, bool) or not isinstance(validation_split, (int, float)) \
-            or not 0.0 < validation_split < 1.0:
+    if (
+        isinstance(validation_split, bool)
+        or not isinstance(validation_split, (int, float))
+        or not 0.0 < validation_split < 1.0
+    ):
         raise ValueError(
             "`validation_split` must be a fraction between 0 and 1. "
             f"Received: validation_split={validation_split!r}"
@@ -512,8 +522,9 @@ def held_out_split(labels, validation_split):
     return np.sort(np.asarray(training, "int64")), np.sort(np.asarray(validation, "int64"))
 
 
-def from_folder(directory, max_pixels=None, max_bytes=None, validation_split=None, subset=None,
-                **kwargs):
+def from_folder(
+    directory, max_pixels=None, max_bytes=None, validation_split=None, subset=None, **kwargs
+):
     """A pipeline over an image folder: `directory/<class name>/<image>`.
 
     Class names are the sorted sub-folder names. Non-image files, and
@@ -539,8 +550,11 @@ def from_folder(directory, max_pixels=None, max_bytes=None, validation_split=Non
 
     max_pixels, max_bytes = image_limits.resolve_limits(max_pixels, max_bytes)
     paths, labels, class_names, skipped = list_image_folder(directory, max_pixels, max_bytes)
-    if (validation_split is None) != (subset is None) or subset not in (None, "training",
-                                                                          "validation"):
+    if (validation_split is None) != (subset is None) or subset not in (
+        None,
+        "training",
+        "validation",
+    ):
         raise ValueError(
             "`validation_split` and `subset` ('training' or 'validation') go together. "
             f"Received: validation_split={validation_split!r}, subset={subset!r}"
@@ -551,7 +565,10 @@ def from_folder(directory, max_pixels=None, max_bytes=None, validation_split=Non
     if skipped:
         logger.warning(
             "%s: skipped %s (limits: %s pixels, %s bytes).",
-            directory, _describe_skipped(skipped), f"{max_pixels:,}", f"{max_bytes:,}",
+            directory,
+            _describe_skipped(skipped),
+            f"{max_pixels:,}",
+            f"{max_bytes:,}",
         )
 
     channels = kwargs.get("channels", 3)
@@ -615,8 +632,12 @@ def from_tfds(name, split="train", data_dir=None, download=False, **kwargs):
     try:
         # Without download, TFDS reads what is prepared in data_dir or fails at once.
         dataset, info = tfds.load(
-            name, split=split, data_dir=data_dir, download=download,
-            as_supervised=True, with_info=True,
+            name,
+            split=split,
+            data_dir=data_dir,
+            download=download,
+            as_supervised=True,
+            with_info=True,
         )
     except Exception as error:
         if not download:
@@ -649,10 +670,15 @@ def folder_layout(directory):
     `classes`: the names of the top-level sub-folders.
     """
     directory = os.fspath(directory)
-    folders = sorted(d for d in os.listdir(directory)
-                     if os.path.isdir(os.path.join(directory, d)) and not d.startswith("."))
-    found = {split: os.path.join(directory, split) if split in folders else None
-             for split in ("train", "test")}
+    folders = sorted(
+        d
+        for d in os.listdir(directory)
+        if os.path.isdir(os.path.join(directory, d)) and not d.startswith(".")
+    )
+    found = {
+        split: os.path.join(directory, split) if split in folders else None
+        for split in ("train", "test")
+    }
     return {**found, "flat": not any(found.values()) and bool(folders), "classes": folders}
 
 
@@ -663,14 +689,18 @@ def folder_layout_error(directory, layout, split="test"):
     elif layout["test"] and not layout["train"]:
         found = f"{directory!r} has test/ but no train/"
     elif layout["flat"]:
-        found = (f"{directory!r} has class folders at the top "
-                 f"({', '.join(layout['classes'][:4])}{', ...' if len(layout['classes']) > 4 else ''}) "
-                 "and no train/ and test/")
+        found = (
+            f"{directory!r} has class folders at the top "
+            f"({', '.join(layout['classes'][:4])}{', ...' if len(layout['classes']) > 4 else ''}) "
+            "and no train/ and test/"
+        )
     else:
         found = f"{directory!r} has no sub-folders"
-    return (f"{found}, so it has no {split} images. Expected {directory}/train/<class>/<images> "
-            f"and {directory}/test/<class>/<images>; or pass validation_split=0.1 to hold out "
-            "10% of the training images of each class for testing.")
+    return (
+        f"{found}, so it has no {split} images. Expected {directory}/train/<class>/<images> "
+        f"and {directory}/test/<class>/<images>; or pass validation_split=0.1 to hold out "
+        "10% of the training images of each class for testing."
+    )
 
 
 def load(source, split="train", **kwargs):
@@ -702,8 +732,12 @@ def load(source, split="train", **kwargs):
         layout = folder_layout(source)
         if validation_split is not None:
             # Held out of the training images: train/ when there is one, else the folder.
-            return from_folder(layout["train"] or source, validation_split=validation_split,
-                               subset="validation" if split == "test" else "training", **kwargs)
+            return from_folder(
+                layout["train"] or source,
+                validation_split=validation_split,
+                subset="validation" if split == "test" else "training",
+                **kwargs,
+            )
         if split in ("train", "test") and layout[split] is None:
             if split == "train" and layout["flat"]:
                 return from_folder(source, **kwargs)  # a flat folder: all of it to train on

@@ -246,7 +246,8 @@ def _jax_engine(kind, model_parallel, model, devices):
     else:
         mesh = device_mesh(model_parallel, devices)
         engine = keras.distribution.ModelParallel(
-            layout_map=layout_map(model, mesh), batch_dim_name=BATCH_AXIS,
+            layout_map=layout_map(model, mesh),
+            batch_dim_name=BATCH_AXIS,
             auto_shard_dataset=False,
         )
         replicas = mesh.shape[0]
@@ -265,8 +266,10 @@ def _tensorflow_engine(devices):
         index = resolver.task_id + (1 if resolver.task_type == "worker" and "chief" in tasks else 0)
         return Distributed("data", strategy, strategy.num_replicas_in_sync, workers, index)
     if devices is None:  # MirroredStrategy's own default is the GPUs, or CPU:0 alone
-        devices = [d.name for d in tf.config.list_logical_devices("GPU")
-                   or tf.config.list_logical_devices("CPU")]
+        devices = [
+            d.name
+            for d in tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        ]
     strategy = mirrored_strategy(devices)
     return Distributed("data", strategy, strategy.num_replicas_in_sync)
 

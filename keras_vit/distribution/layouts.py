@@ -53,8 +53,10 @@ def device_mesh(model_parallel=1, devices=None):
     if devices is None:
         devices = keras.distribution.list_devices()
     devices = list(devices)
-    if not isinstance(model_parallel, int) or isinstance(model_parallel, bool) or (
-        model_parallel < 1 or len(devices) % model_parallel
+    if (
+        not isinstance(model_parallel, int)
+        or isinstance(model_parallel, bool)
+        or (model_parallel < 1 or len(devices) % model_parallel)
     ):
         raise ValueError(
             f"`model_parallel` must be a positive int that divides the {len(devices)} "
@@ -91,8 +93,11 @@ def _architecture(model):
         for path, shape in shapes.items():
             if re.fullmatch(r"(.*/)?attention/qkv_kernel", path):
                 mlp = next(
-                    (s[1] for p, s in shapes.items()
-                     if p == path.replace("attention/qkv_kernel", "mlp_dense_1/kernel")),
+                    (
+                        s[1]
+                        for p, s in shapes.items()
+                        if p == path.replace("attention/qkv_kernel", "mlp_dense_1/kernel")
+                    ),
                     None,
                 )
                 found.append((shape[2], mlp))

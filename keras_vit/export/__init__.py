@@ -7,7 +7,6 @@ keras_vit.export.onnx(model, "vit.onnx")                                 # ONNX 
 ```
 """
 
-from keras_vit.export.saved_model import check_saved_model, saved_model, serving_module
 from keras_vit.export.litert import (
     TFLiteModel,
     check_tflite,
@@ -16,3 +15,4 @@ from keras_vit.export.litert import (
     tflite,
 )
 from keras_vit.export.onnx_file import check_onnx, onnx
+from keras_vit.export.saved_model import check_saved_model, saved_model, serving_module

@@ -115,9 +115,11 @@ def agreement_warning(top1_agreement, count, what):
     """
     if top1_agreement >= AGREEMENT_WARNING_BELOW:
         return None
-    return (f"{what} gives the Keras model's top-1 class for {top1_agreement:.2%} of {count} "
-            f"images, below {AGREEMENT_WARNING_BELOW:.0%}: measure its accuracy before "
-            "shipping it")
+    return (
+        f"{what} gives the Keras model's top-1 class for {top1_agreement:.2%} of {count} "
+        f"images, below {AGREEMENT_WARNING_BELOW:.0%}: measure its accuracy before "
+        "shipping it"
+    )
 
 
 def agreement(served, model, images, verbose=0):
@@ -246,7 +248,10 @@ class TensorFlowWorker:
         self.process = subprocess.Popen(
             [sys.executable, "-c", _WORKER],
             env={**os.environ, "KERAS_BACKEND": "tensorflow"},
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
         )
 
     @classmethod
@@ -261,8 +266,13 @@ class TensorFlowWorker:
 
     def run(self, model_path, command, arguments):
         """`keras_vit.export.<command>(the model at model_path, **arguments)` in the child."""
-        request = {"model": model_path, "command": command, "arguments": arguments,
-                   "cwd": os.getcwd(), "umask": process_umask()}
+        request = {
+            "model": model_path,
+            "command": command,
+            "arguments": arguments,
+            "cwd": os.getcwd(),
+            "umask": process_umask(),
+        }
         with self._lock:
             start = self.log.seek(0, os.SEEK_END)
             try:
@@ -284,8 +294,10 @@ class TensorFlowWorker:
     def _log_since(self, start):
         self.process.wait()
         self.log.seek(start)
-        return (self.log.read().decode(errors="replace")
-                + f"\n(the TensorFlow process ended with status {self.process.returncode})")
+        return (
+            self.log.read().decode(errors="replace")
+            + f"\n(the TensorFlow process ended with status {self.process.returncode})"
+        )
 
     def close(self):
         """Ends the child: it reads the end of its stdin and exits."""

@@ -25,8 +25,18 @@ QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full")
 # them on CPU (LayerNorm's pieces, GELU, softmax, the attention matmuls and
 # the element-wise glue), and int8 there costs the most accuracy. The
 # convolution and every Dense layer (~all the FLOPs) run in int8.
-FLOAT_OPS = ("MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU", "SOFTMAX", "BATCH_MATMUL",
-             "MUL", "ADD", "NEG", "SUB")
+FLOAT_OPS = (
+    "MEAN",
+    "SQUARED_DIFFERENCE",
+    "RSQRT",
+    "GELU",
+    "SOFTMAX",
+    "BATCH_MATMUL",
+    "MUL",
+    "ADD",
+    "NEG",
+    "SUB",
+)
 
 
 def metadata_path(path):
@@ -83,9 +93,7 @@ def _run_converter(tf, converter, quantization):
     debugger = tf.lite.experimental.QuantizationDebugger(
         converter=converter,
         debug_dataset=converter.representative_dataset,
-        debug_options=tf.lite.experimental.QuantizationDebugOptions(
-            denylisted_ops=list(FLOAT_OPS)
-        ),
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(FLOAT_OPS)),
     )
     return debugger.get_nondebug_quantized_model()
 
@@ -117,7 +125,9 @@ def _convert(model, quantization, calibration, allow_flex, image_size=None):
         try:
             with native_stderr_captured(), warnings.catch_warnings():
                 # The quantisation debugger runs TensorFlow's own (deprecated) interpreter.
-                warnings.filterwarnings("ignore", message=r"[\s\S]*tf.lite.Interpreter is deprecated")
+                warnings.filterwarnings(
+                    "ignore", message=r"[\s\S]*tf.lite.Interpreter is deprecated"
+                )
                 return _run_converter(tf, converter, quantization)
         except Exception as error:  # the converter raises its own ConverterError
             if "Select TF" in str(error) or "not supported" in str(error):
@@ -241,8 +251,14 @@ def tflite(
     if keras.backend.backend() != "tensorflow":
         # jax2tf graphs hold XLA calls that TFLite cannot convert: rebuild on TF.
         with tempfile.TemporaryDirectory(prefix="keras_vit_calibration_") as directory:
-            arguments = dict(path=path, quantization=quantization, class_names=class_names,
-                             overwrite=overwrite, allow_flex=allow_flex, image_size=image_size)
+            arguments = dict(
+                path=path,
+                quantization=quantization,
+                class_names=class_names,
+                overwrite=overwrite,
+                allow_flex=allow_flex,
+                image_size=image_size,
+            )
             if calibration is not None:
                 arguments["representative_data"] = os.path.join(directory, "images.npy")
                 np.save(arguments["representative_data"], calibration)
@@ -269,8 +285,10 @@ def tflite(
     }
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    for target, data, mode in ((path, content, "wb"),
-                               (metadata_path(path), json.dumps(metadata, indent=2), "w")):
+    for target, data, mode in (
+        (path, content, "wb"),
+        (metadata_path(path), json.dumps(metadata, indent=2), "w"),
+    ):
         # Written aside and renamed in: a failure never leaves half a file.
         with tempfile.NamedTemporaryFile(mode, dir=directory, delete=False, suffix=".partial") as f:
             f.write(data)
@@ -317,7 +335,9 @@ class TFLiteModel:
                 self.interpreter = Interpreter(model_path=self.path, num_threads=num_threads)
                 self.interpreter.allocate_tensors()
         except ValueError as error:
-            raise ValueError(f"{path!r} is not a TFLite model the runtime can load: {error}") from None
+            raise ValueError(
+                f"{path!r} is not a TFLite model the runtime can load: {error}"
+            ) from None
         self._input = self.interpreter.get_input_details()[0]
         self._output = self.interpreter.get_output_details()[0]
         self.input_shape = tuple(int(d) for d in self._input["shape"])

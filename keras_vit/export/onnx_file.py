@@ -1,9 +1,10 @@
 """ONNX: the model as an ONNX graph, checked in ONNX Runtime.
 
 The graph is written by `tf2onnx` from the model's TensorFlow function (as
-Keras' `model.export(format="onnx")` does on TensorFlow); models of the JAX and torch backends are rebuilt on
-TensorFlow from their `.keras` file first, as for LiteRT (Keras' JAX path
-needs `jax2onnx`, and `torch.onnx` fails on the ViT's gather).
+Keras' `model.export(format="onnx")` does on TensorFlow); models of the JAX
+and torch backends are rebuilt on TensorFlow from their `.keras` file first,
+as for LiteRT (Keras' JAX path needs `jax2onnx`, and `torch.onnx` fails on
+the ViT's gather).
 """
 
 import json
@@ -67,8 +68,14 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
         class_names = _check_class_names(class_names, classes)
     if keras.backend.backend() != "tensorflow":
         return graph.rebuild_on_tensorflow(
-            model, "onnx", path=path, image_size=[height, width], class_names=class_names,
-            overwrite=overwrite, opset=opset)
+            model,
+            "onnx",
+            path=path,
+            image_size=[height, width],
+            class_names=class_names,
+            overwrite=overwrite,
+            opset=opset,
+        )
 
     import onnx as onnx_format
 
@@ -84,8 +91,13 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
         try:
             with native_stderr_captured(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # tf2onnx on NumPy 2
-                model.export(staged, format="onnx", verbose=False, input_signature=[spec],
-                             opset_version=opset)
+                model.export(
+                    staged,
+                    format="onnx",
+                    verbose=False,
+                    input_signature=[spec],
+                    opset_version=opset,
+                )
         finally:
             tf2onnx_logger.setLevel(level)
         written = onnx_format.load(staged, load_external_data=False)
@@ -108,8 +120,12 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
         for name, target in (("model.onnx", path), ("model.json", metadata_path(path))):
             graph.apply_umask(os.path.join(staging, name))
             os.replace(os.path.join(staging, name), target)
-    return {"path": path, "metadata_path": metadata_path(path),
-            "bytes": os.path.getsize(path), "opset": metadata["opset"]}
+    return {
+        "path": path,
+        "metadata_path": metadata_path(path),
+        "bytes": os.path.getsize(path),
+        "opset": metadata["opset"],
+    }
 
 
 def replace_erfc(graph_proto):
@@ -136,8 +152,10 @@ def replace_erfc(graph_proto):
             continue
         replaced += 1
         erf = node.output[0] + "/erf"
-        rewritten += [helper.make_node("Erf", [node.input[0]], [erf], name=node.name + "/Erf"),
-                      helper.make_node("Sub", [one, erf], [node.output[0]], name=node.name)]
+        rewritten += [
+            helper.make_node("Erf", [node.input[0]], [erf], name=node.name + "/Erf"),
+            helper.make_node("Sub", [one, erf], [node.output[0]], name=node.name),
+        ]
     if replaced:
         graph_proto.initializer.append(numpy_helper.from_array(np.array(1.0, "float32"), one))
         del graph_proto.node[:]
@@ -165,13 +183,22 @@ def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):
         outputs_path = os.path.join(directory, "outputs.npy")
         np.save(images_path, images)
         done = subprocess.run(
-            [sys.executable, script, os.fspath(path), images_path, outputs_path,
-             str(num_threads), str(latency_runs)],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                script,
+                os.fspath(path),
+                images_path,
+                outputs_path,
+                str(num_threads),
+                str(latency_runs),
+            ],
+            capture_output=True,
+            text=True,
         )
         if done.returncode:
-            raise RuntimeError(f"ONNX Runtime failed on {os.fspath(path)!r}: "
-                               f"{done.stderr.strip()[-2000:]}")
+            raise RuntimeError(
+                f"ONNX Runtime failed on {os.fspath(path)!r}: {done.stderr.strip()[-2000:]}"
+            )
         report = json.loads(done.stdout.strip().splitlines()[-1])
         served = np.load(outputs_path)
     return {

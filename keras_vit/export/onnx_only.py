@@ -24,12 +24,13 @@ def main(argv):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = int(threads)
     options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(model_path, options,
-                                           providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
     (feed,) = session.get_inputs()
     images = np.load(images_path).astype("float32")
-    outputs = [session.run(None, {feed.name: images[start:start + 64]})[0]
-               for start in range(0, len(images), 64)]
+    outputs = [
+        session.run(None, {feed.name: images[start : start + 64]})[0]
+        for start in range(0, len(images), 64)
+    ]
     np.save(outputs_path, np.concatenate(outputs))
     one = images[:1]
     times = []
@@ -38,12 +39,19 @@ def main(argv):
         session.run(None, {feed.name: one})
         if index >= 5:  # warm-up runs are not counted
             times.append((time.perf_counter() - start) * 1000)
-    print(json.dumps({
-        "input": {"name": feed.name, "shape": [d if isinstance(d, int) else -1 for d in feed.shape]},
-        "latency_ms": float(np.median(times)) if times else None,
-        "keras_imported": "keras" in sys.modules,
-        "onnxruntime_version": onnxruntime.__version__,
-    }))
+    print(
+        json.dumps(
+            {
+                "input": {
+                    "name": feed.name,
+                    "shape": [d if isinstance(d, int) else -1 for d in feed.shape],
+                },
+                "latency_ms": float(np.median(times)) if times else None,
+                "keras_imported": "keras" in sys.modules,
+                "onnxruntime_version": onnxruntime.__version__,
+            }
+        )
+    )
     return 0
 
 

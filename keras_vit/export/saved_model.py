@@ -38,12 +38,20 @@ def _bytes_image_size(model, image_size):
     from keras_vit.models import default_image_size
 
     (_, height, width, _), _ = graph.input_spec(
-        model, image_size=image_size or default_image_size(model))
+        model, image_size=image_size or default_image_size(model)
+    )
     return height, width
 
 
-def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_image_pixels=None,
-                     max_image_bytes=None, image_size=None):
+def serving_metadata(
+    model,
+    class_names=None,
+    crop_fraction=1.0,
+    top_k=5,
+    max_image_pixels=None,
+    max_image_bytes=None,
+    image_size=None,
+):
     """What a client needs to prepare inputs and read outputs, as a dict.
 
     Written into the SavedModel as `assets.extra/keras_vit.json`.
@@ -51,8 +59,9 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
     import keras_vit
     from keras_vit.data import image_limits
 
-    max_image_pixels, max_image_bytes = image_limits.resolve_limits(max_image_pixels,
-                                                                    max_image_bytes)
+    max_image_pixels, max_image_bytes = image_limits.resolve_limits(
+        max_image_pixels, max_image_bytes
+    )
     height, width = _bytes_image_size(model, image_size)
     channels = model.inputs[0].shape[-1]
     any_size = graph.takes_any_size(model)
@@ -67,9 +76,12 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
         "channels": channels,
         "float_input": "serving_default: float32 (batch, height, width, channels), "
         "RGB (or grey) pixels in [0, 255]; the model rescales them itself"
-        + ("; any height and width that are multiples of the patch size (one size "
-           "per request); image_size is the size serving_bytes resizes to"
-           if any_size else ""),
+        + (
+            "; any height and width that are multiples of the patch size (one size "
+            "per request); image_size is the size serving_bytes resizes to"
+            if any_size
+            else ""
+        ),
         "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP/WebP bytes; "
         "decoded, resized (bilinear) and centre-cropped in the graph; images whose "
         "header declares more than max_image_pixels pixels, or longer than "
@@ -86,8 +98,15 @@ def serving_metadata(model, class_names=None, crop_fraction=1.0, top_k=5, max_im
     }
 
 
-def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_image_pixels=None,
-                   max_image_bytes=None, image_size=None):
+def serving_module(
+    model,
+    class_names=None,
+    crop_fraction=1.0,
+    top_k=5,
+    max_image_pixels=None,
+    max_image_bytes=None,
+    image_size=None,
+):
     """A `tf.Module` with the two serving signatures around `model`.
 
     `serving_default(images)` takes float32 pixels `(batch, H, W, C)` in
@@ -127,9 +146,11 @@ def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_imag
             result["top_k_names"] = tf.gather(tf.constant(class_names), top.indices)
         return result
 
-    @tf.function(input_signature=[
-        tf.TensorSpec((None, model_height, model_width, channels), tf.float32, name="images")
-    ])
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec((None, model_height, model_width, channels), tf.float32, name="images")
+        ]
+    )
     def serving_default(images):
         return outputs(images)
 
@@ -137,8 +158,12 @@ def serving_module(model, class_names=None, crop_fraction=1.0, top_k=5, max_imag
     def serving_bytes(image_bytes):
         images = tf.map_fn(
             lambda encoded: decode_for_eval(
-                encoded, (height, width), channels, crop_fraction,
-                max_pixels=max_image_pixels, max_bytes=max_image_bytes,
+                encoded,
+                (height, width),
+                channels,
+                crop_fraction,
+                max_pixels=max_image_pixels,
+                max_bytes=max_image_bytes,
             ),
             image_bytes,
             fn_output_signature=tf.TensorSpec((height, width, channels), tf.float32),
@@ -155,15 +180,14 @@ def _version_directory(export_dir, version):
     export_dir = os.fspath(export_dir)
     if version is not None:
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise ValueError(
-                f"`version` must be a positive int. Received: version={version!r}"
-            )
+            raise ValueError(f"`version` must be a positive int. Received: version={version!r}")
         return export_dir, os.path.join(export_dir, str(version))
     head, tail = os.path.split(os.path.normpath(export_dir))
     if tail.isdigit():
         return head, export_dir
     existing = [
-        int(name) for name in (os.listdir(export_dir) if os.path.isdir(export_dir) else [])
+        int(name)
+        for name in (os.listdir(export_dir) if os.path.isdir(export_dir) else [])
         if name.isdigit()
     ]
     return export_dir, os.path.join(export_dir, str(max(existing, default=0) + 1))
@@ -266,8 +290,9 @@ def saved_model(
         )
     from keras_vit.data import image_limits
 
-    max_image_pixels, max_image_bytes = image_limits.resolve_limits(max_image_pixels,
-                                                                    max_image_bytes)
+    max_image_pixels, max_image_bytes = image_limits.resolve_limits(
+        max_image_pixels, max_image_bytes
+    )
     model_dir, version_dir = _version_directory(export_dir, version)
     if os.path.isdir(version_dir) and os.listdir(version_dir) and not overwrite:
         raise ValueError(
@@ -280,16 +305,26 @@ def saved_model(
     # jax2tf would need shape polymorphism for a model of any size: rebuilt on TF.
     if backend != "tensorflow" and (backend != "jax" or graph.takes_any_size(model)):
         return graph.rebuild_on_tensorflow(
-            model, "saved_model", export_dir=version_dir, class_names=class_names,
-            crop_fraction=crop_fraction, top_k=top_k, overwrite=overwrite, warmup=warmup,
-            max_image_pixels=max_image_pixels, max_image_bytes=max_image_bytes,
+            model,
+            "saved_model",
+            export_dir=version_dir,
+            class_names=class_names,
+            crop_fraction=crop_fraction,
+            top_k=top_k,
+            overwrite=overwrite,
+            warmup=warmup,
+            max_image_pixels=max_image_pixels,
+            max_image_bytes=max_image_bytes,
             image_size=bytes_size,
         )
 
     import tensorflow as tf
 
-    limits = {"max_image_pixels": max_image_pixels, "max_image_bytes": max_image_bytes,
-              "image_size": bytes_size}
+    limits = {
+        "max_image_pixels": max_image_pixels,
+        "max_image_bytes": max_image_bytes,
+        "image_size": bytes_size,
+    }
     module = serving_module(model, class_names, crop_fraction, top_k, **limits)
     metadata = serving_metadata(model, class_names, crop_fraction, top_k, **limits)
     os.makedirs(model_dir, exist_ok=True)
@@ -298,7 +333,8 @@ def saved_model(
     graph.apply_umask(staging)
     try:
         tf.saved_model.save(
-            module, staging,
+            module,
+            staging,
             signatures={name: getattr(module, name) for name in SIGNATURES},
             # Serving needs no gradients, and jax2tf's cannot be saved again.
             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
@@ -329,8 +365,7 @@ def _keras_probabilities(model, images, verbose=0):
     return graph.as_probabilities(scores, graph.outputs_probabilities(model))
 
 
-def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0,
-                      verbose=0):
+def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0, verbose=0):
     """Serves an export from a TensorFlow-only process and compares it with Keras.
 
     A fresh interpreter that imports only TensorFlow (`tf_only.py`) loads
@@ -376,28 +411,44 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
                 height, width = json.load(f)["image_size"]  # what serving_bytes resizes to
             channels = model.inputs[0].shape[-1]
             try:
-                decoded = np.stack([
-                    decode_for_eval(tf.constant(e), (height, width), channels, crop_fraction)
-                    for e in encoded_images
-                ])
+                decoded = np.stack(
+                    [
+                        decode_for_eval(tf.constant(e), (height, width), channels, crop_fraction)
+                        for e in encoded_images
+                    ]
+                )
                 expected["serving_bytes"] = _keras_probabilities(model, decoded)
             except tf.errors.InvalidArgumentError:
                 pass  # undecodable: the server must refuse the request too
-            requests["serving_bytes"] = {"image_bytes": {
-                "base64": [base64.b64encode(e).decode() for e in encoded_images]
-            }}
+            requests["serving_bytes"] = {
+                "image_bytes": {"base64": [base64.b64encode(e).decode() for e in encoded_images]}
+            }
         requests_path = os.path.join(directory, "requests.json")
         outputs_path = os.path.join(directory, "outputs.npz")
         with open(requests_path, "w") as f:
             json.dump(requests, f)
-        script = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+        script = (
+            "import runpy, sys; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')"
+        )
         done = subprocess.run(
-            [sys.executable, "-I", "-c", script, tf_only.__file__,
-             version_dir, requests_path, outputs_path],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-I",
+                "-c",
+                script,
+                tf_only.__file__,
+                version_dir,
+                requests_path,
+                outputs_path,
+            ],
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"The TensorFlow-only serving process failed:\n{done.stderr[-3000:]}")
+            raise RuntimeError(
+                f"The TensorFlow-only serving process failed:\n{done.stderr[-3000:]}"
+            )
         report = json.loads(done.stdout.strip().splitlines()[-1])
         served = dict(np.load(outputs_path))
     for signature, reference in expected.items():

@@ -19,8 +19,8 @@ from keras_vit.inspect.figures import (
 )
 from keras_vit.inspect.maps import (
     attention_maps,
-    block_inputs_model,
     attention_rollout,
+    block_inputs_model,
     embedding_filters,
     has_stem,
     mean_attention_distance,
@@ -52,12 +52,14 @@ def write_figures(model, images, out_dir, titles=None):
         ),
         "attention_distance": attention_distance_plot(
             mean_attention_distance(attention, grid, patch, prefix),
-            image_size=tuple(images.shape[1:3]), patch_size=patch,
+            image_size=tuple(images.shape[1:3]),
+            patch_size=patch,
             uniform=uniform_attention_distance(grid, patch),
         ),
         "position_similarity": position_similarity_grid(position_similarity(model)),
     }
     if not has_stem(model):  # only then do the patch filters act on pixels
         paths["embedding_filters"] = embedding_filter_grid(embedding_filters(model))
-    return {name: save(figure, os.path.join(out_dir, f"{name}.png"))
-            for name, figure in paths.items()}
+    return {
+        name: save(figure, os.path.join(out_dir, f"{name}.png")) for name, figure in paths.items()
+    }

@@ -33,9 +33,13 @@ def rollout_overlay(images, rollouts, titles=None):
     figure, axes = _figure(len(images), 2, size=2.5)
     for row, (image, rollout) in enumerate(zip(images, rollouts)):
         shown = _display(image)
-        heat = keras.ops.convert_to_numpy(keras.ops.image.resize(
-            np.asarray(rollout, "float32")[..., None], shown.shape[:2], interpolation="bilinear",
-        ))[..., 0]
+        heat = keras.ops.convert_to_numpy(
+            keras.ops.image.resize(
+                np.asarray(rollout, "float32")[..., None],
+                shown.shape[:2],
+                interpolation="bilinear",
+            )
+        )[..., 0]
         cmap = "gray" if shown.ndim == 2 else None
         axes[row, 0].imshow(shown, cmap=cmap)
         axes[row, 1].imshow(shown, cmap=cmap)
@@ -73,8 +77,14 @@ def attention_distance_plot(distances, image_size=None, patch_size=None, uniform
     colours = plt.get_cmap("tab20" if heads > 10 else "tab10")
     depth = np.arange(1, layers + 1)
     for head in range(heads):
-        axis.scatter(depth, distances[:, head], s=18, color=colours(head % colours.N),
-                     label=f"head {head + 1}", zorder=2)
+        axis.scatter(
+            depth,
+            distances[:, head],
+            s=18,
+            color=colours(head % colours.N),
+            label=f"head {head + 1}",
+            zorder=2,
+        )
     if layers <= 24:
         axis.set_xticks(depth)
     else:
@@ -83,18 +93,28 @@ def attention_distance_plot(distances, image_size=None, patch_size=None, uniform
     top = max(float(distances.max()), uniform or 0.0)
     axis.set_ylim(0, top * 1.1)
     if uniform is not None:
-        axis.axhline(uniform, color="0.4", linestyle="--", linewidth=1, zorder=1,
-                     label="uniform attention")
+        axis.axhline(
+            uniform, color="0.4", linestyle="--", linewidth=1, zorder=1, label="uniform attention"
+        )
     axis.grid(True, alpha=0.3, zorder=0)
     axis.set_xlabel("network depth (layer)")
-    unit = ("pixels" if image_size is None
-            else f"pixels of the {image_size[1]}\u00d7{image_size[0]} image")
+    unit = (
+        "pixels"
+        if image_size is None
+        else f"pixels of the {image_size[1]}\u00d7{image_size[0]} image"
+    )
     axis.set_ylabel(f"mean attention distance\n({unit})")
     if patch_size is not None:
-        axis.set_title(f"{heads} heads a layer, {patch_size[1]}\u00d7{patch_size[0]}-pixel patches",
-                       fontsize=9)
-    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
-                ncol=1 if heads <= 16 else 2)
+        axis.set_title(
+            f"{heads} heads a layer, {patch_size[1]}\u00d7{patch_size[0]}-pixel patches", fontsize=9
+        )
+    axis.legend(
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+        ncol=1 if heads <= 16 else 2,
+    )
     figure.tight_layout()
     return figure
 
@@ -115,8 +135,10 @@ def embedding_filter_grid(filters, columns=7):
     rows = int(np.ceil(len(filters) / columns))
     figure, axes = _figure(rows, columns, size=0.8)
     for index, component in enumerate(filters):
-        axes.ravel()[index].imshow(_display(component), cmap="gray" if component.shape[-1] == 1 else None)
-    for axis in axes.ravel()[len(filters):]:
+        axes.ravel()[index].imshow(
+            _display(component), cmap="gray" if component.shape[-1] == 1 else None
+        )
+    for axis in axes.ravel()[len(filters) :]:
         axis.set_visible(False)  # a last row with fewer components: no empty frames
     figure.suptitle("patch embedding filters (principal components)")
     return figure

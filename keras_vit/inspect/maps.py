@@ -60,8 +60,9 @@ def block_inputs_model(model):
     Shares `model`'s layers and weights and leaves its forward pass as it is.
     """
     blocks = encoder_blocks(model)
-    return keras.Model(model.inputs, [block.input for block in blocks],
-                       name=f"{model.name}_block_inputs")
+    return keras.Model(
+        model.inputs, [block.input for block in blocks], name=f"{model.name}_block_inputs"
+    )
 
 
 def attention_maps(model, images, batch_size=32):
@@ -154,8 +155,9 @@ def attention_rollout(attentions, num_prefix_tokens=1, grid_size=None, token_ind
 def patch_distances(grid_size, patch_size):
     """`(patches, patches)` distances in pixels between patch centres."""
     rows, cols = grid_size
-    y, x = np.meshgrid(np.arange(rows) * patch_size[0], np.arange(cols) * patch_size[1],
-                       indexing="ij")
+    y, x = np.meshgrid(
+        np.arange(rows) * patch_size[0], np.arange(cols) * patch_size[1], indexing="ij"
+    )
     centres = np.stack([y.ravel(), x.ravel()], axis=-1).astype("float64")
     return np.linalg.norm(centres[:, None] - centres[None], axis=-1)
 
@@ -199,7 +201,7 @@ def position_similarity(model):
     layer = model.get_layer("position_embedding")
     table = np.asarray(keras.ops.convert_to_numpy(layer.embeddings), "float64")[0]
     rows, cols = layer.grid_size
-    grid = table[layer.num_prefix_tokens:]
+    grid = table[layer.num_prefix_tokens :]
     grid = grid / np.maximum(np.linalg.norm(grid, axis=-1, keepdims=True), 1e-12)
     return (grid @ grid.T).reshape(rows, cols, rows, cols).astype("float32")
 
@@ -220,8 +222,9 @@ def embedding_filters(model, components=28):
             f"Model {model.name!r} has a convolutional stem: its patch embedding filters "
             "act on the stem's features, not on pixels, so they are not images."
         )
-    kernel = np.asarray(keras.ops.convert_to_numpy(model.get_layer("patch_embedding").kernel),
-                        "float64")
+    kernel = np.asarray(
+        keras.ops.convert_to_numpy(model.get_layer("patch_embedding").kernel), "float64"
+    )
     height, width, channels, dim = kernel.shape
     filters = kernel.reshape(-1, dim).T  # (dim, P*P*C)
     filters = filters - filters.mean(axis=0)

@@ -59,12 +59,13 @@ class AttentionPooling(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value, least in (("num_heads", num_heads, 1), ("mlp_dim", mlp_dim, 1),
-                                   ("num_prefix_tokens", num_prefix_tokens, 0)):
+        for name, value, least in (
+            ("num_heads", num_heads, 1),
+            ("mlp_dim", mlp_dim, 1),
+            ("num_prefix_tokens", num_prefix_tokens, 0),
+        ):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(
-                    f"`{name}` must be an int >= {least}. Received: {name}={value!r}"
-                )
+                raise ValueError(f"`{name}` must be an int >= {least}. Received: {name}={value!r}")
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.num_prefix_tokens = num_prefix_tokens
@@ -73,9 +74,13 @@ class AttentionPooling(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         common = {"dtype": self.dtype_policy}
         self.norm = LayerNormalization(epsilon=layer_norm_epsilon, name="norm", **common)
-        self.mlp_dense_1 = GeluDense(mlp_dim, approximate=approximate_gelu,
-                                     kernel_initializer=self._initializer(),
-                                     name="mlp_dense_1", **common)
+        self.mlp_dense_1 = GeluDense(
+            mlp_dim,
+            approximate=approximate_gelu,
+            kernel_initializer=self._initializer(),
+            name="mlp_dense_1",
+            **common,
+        )
         self.mlp_dense_2 = None  # its width is known in build()
 
     def _initializer(self):
@@ -94,39 +99,55 @@ class AttentionPooling(keras.layers.Layer):
             )
         self.hidden_dim = hidden_dim
         head_dim = hidden_dim // self.num_heads
-        self.probe = self.add_weight(name="probe", shape=(1, 1, hidden_dim),
-                                     initializer=self._initializer())
+        self.probe = self.add_weight(
+            name="probe", shape=(1, 1, hidden_dim), initializer=self._initializer()
+        )
         shapes = {
             "query_kernel": (hidden_dim, self.num_heads, head_dim),
             "key_value_kernel": (hidden_dim, 2, self.num_heads, head_dim),
             "out_kernel": (self.num_heads, head_dim, hidden_dim),
         }
         for name, shape in shapes.items():
-            setattr(self, name, self.add_weight(
-                name=name, shape=shape,
-                initializer=_projection_initializer(self._initializer(), hidden_dim, hidden_dim,
-                                                    shape)))
-        for name, shape in (("query_bias", (self.num_heads, head_dim)),
-                            ("key_value_bias", (2, self.num_heads, head_dim)),
-                            ("out_bias", (hidden_dim,))):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name,
+                    shape=shape,
+                    initializer=_projection_initializer(
+                        self._initializer(), hidden_dim, hidden_dim, shape
+                    ),
+                ),
+            )
+        for name, shape in (
+            ("query_bias", (self.num_heads, head_dim)),
+            ("key_value_bias", (2, self.num_heads, head_dim)),
+            ("out_bias", (hidden_dim,)),
+        ):
             setattr(self, name, self.add_weight(name=name, shape=shape, initializer="zeros"))
-        self.mlp_dense_2 = keras.layers.Dense(hidden_dim, kernel_initializer=self._initializer(),
-                                              name="mlp_dense_2", dtype=self.dtype_policy)
+        self.mlp_dense_2 = keras.layers.Dense(
+            hidden_dim,
+            kernel_initializer=self._initializer(),
+            name="mlp_dense_2",
+            dtype=self.dtype_policy,
+        )
         probe_shape = (None, 1, hidden_dim)
         self.norm.build(probe_shape)
         self.mlp_dense_1.build(probe_shape)
         self.mlp_dense_2.build((None, 1, self.mlp_dim))
 
     def call(self, inputs):
-        tokens = inputs[:, self.num_prefix_tokens:]
+        tokens = inputs[:, self.num_prefix_tokens :]
         head_dim = self.hidden_dim // self.num_heads
         query = ops.einsum("d,dhk->hk", self.probe[0, 0], self.query_kernel) + self.query_bias
-        key_value = ops.matmul(ops.reshape(tokens, (-1, self.hidden_dim)),
-                               ops.reshape(self.key_value_kernel, (self.hidden_dim, -1)))
+        key_value = ops.matmul(
+            ops.reshape(tokens, (-1, self.hidden_dim)),
+            ops.reshape(self.key_value_kernel, (self.hidden_dim, -1)),
+        )
         key_value = key_value + ops.reshape(self.key_value_bias, (-1,))
         key_value = ops.reshape(key_value, (ops.shape(tokens)[0], -1, 2, self.num_heads, head_dim))
         key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
-        scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim ** -0.5, query.dtype)
+        scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim**-0.5, query.dtype)
         # The softmax in float32 under mixed precision, as the encoder's attention.
         probabilities = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), value.dtype)
         context = ops.einsum("bhn,bnhk->bhk", probabilities, value)
@@ -140,12 +161,14 @@ class AttentionPooling(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "num_heads": self.num_heads,
-            "mlp_dim": self.mlp_dim,
-            "num_prefix_tokens": self.num_prefix_tokens,
-            "approximate_gelu": self.approximate_gelu,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        })
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "num_prefix_tokens": self.num_prefix_tokens,
+                "approximate_gelu": self.approximate_gelu,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
         return config

@@ -100,15 +100,24 @@ class ConvStem(keras.layers.Layer):
         self.convolutions, self.norms = [], []
         synchronized = replicated_tensorflow()
         for index, (width, stride, stage) in enumerate(zip(filters, strides, stages)):
-            self.convolutions.append(keras.layers.Conv2D(
-                width, 3, strides=stride if stage == "convolution" else 1,
-                padding="same", use_bias=False,
-                dtype=self.dtype_policy, name=f"conv_{index}",
-            ))
-            self.norms.append(BatchNormalization(
-                synchronized=synchronized, dtype=self.dtype_policy,
-                name=f"batch_norm_{index}",
-            ))
+            self.convolutions.append(
+                keras.layers.Conv2D(
+                    width,
+                    3,
+                    strides=stride if stage == "convolution" else 1,
+                    padding="same",
+                    use_bias=False,
+                    dtype=self.dtype_policy,
+                    name=f"conv_{index}",
+                )
+            )
+            self.norms.append(
+                BatchNormalization(
+                    synchronized=synchronized,
+                    dtype=self.dtype_policy,
+                    name=f"batch_norm_{index}",
+                )
+            )
 
     @property
     def stride(self):
@@ -128,8 +137,11 @@ class ConvStem(keras.layers.Layer):
             shape = convolution.compute_output_shape(shape)
             norm.build(shape)
             if stage == "max_pool":
-                shape = (shape[0], *(stem_output_side(side, (stride,)) for side in shape[1:3]),
-                         shape[3])
+                shape = (
+                    shape[0],
+                    *(stem_output_side(side, (stride,)) for side in shape[1:3]),
+                    shape[3],
+                )
 
     def call(self, inputs, training=None):
         x = inputs
@@ -148,9 +160,15 @@ class ConvStem(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         downsampling = self.downsampling
-        config.update({"filters": list(self.filters), "strides": list(self.strides),
-                       "downsampling": downsampling if isinstance(downsampling, str)
-                       else list(downsampling)})
+        config.update(
+            {
+                "filters": list(self.filters),
+                "strides": list(self.strides),
+                "downsampling": downsampling
+                if isinstance(downsampling, str)
+                else list(downsampling),
+            }
+        )
         return config
 
 

@@ -49,9 +49,7 @@ def attention_output_spec(layer, inputs, return_attention_scores):
     if not return_attention_scores:
         return outputs
     batch, num_tokens = inputs.shape[0], inputs.shape[1]
-    scores = keras.KerasTensor(
-        (batch, layer.num_heads, num_tokens, num_tokens), dtype="float32"
-    )
+    scores = keras.KerasTensor((batch, layer.num_heads, num_tokens, num_tokens), dtype="float32")
     return outputs, scores
 
 
@@ -118,13 +116,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         super().__init__(**kwargs)
         if not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(
-                "`num_heads` must be a positive int. "
-                f"Received: num_heads={num_heads!r}"
+                f"`num_heads` must be a positive int. Received: num_heads={num_heads!r}"
             )
         if not 0 <= dropout < 1:
-            raise ValueError(
-                f"`dropout` must be in [0, 1). Received: dropout={dropout!r}"
-            )
+            raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}")
         self.num_heads = num_heads
         self.dropout = dropout
         self.use_bias = use_bias
@@ -143,8 +138,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         if hidden_dim % self.num_heads:
             raise ValueError(
-                f"hidden_dim {hidden_dim} is not divisible by num_heads "
-                f"{self.num_heads}."
+                f"hidden_dim {hidden_dim} is not divisible by num_heads {self.num_heads}."
             )
         self.hidden_dim = hidden_dim
         self.head_dim = hidden_dim // self.num_heads
@@ -229,9 +223,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scores = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         probabilities = scores
         if use_dropout:
-            probabilities = keras.random.dropout(
-                scores, self.dropout, seed=self.seed_generator
-            )
+            probabilities = keras.random.dropout(scores, self.dropout, seed=self.seed_generator)
         context = ops.matmul(
             ops.cast(probabilities, value.dtype), ops.transpose(value, (0, 2, 1, 3))
         )
@@ -250,12 +242,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "num_heads": self.num_heads,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "seed": self.seed,
             }
         )

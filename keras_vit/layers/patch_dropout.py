@@ -78,9 +78,7 @@ class PatchDropout(keras.layers.Layer):
         keep = kept_patch_count(num_patches, self.rate)
         if not training or keep == num_patches:
             return inputs
-        noise = keras.random.uniform(
-            (ops.shape(inputs)[0], num_patches), seed=self.seed_generator
-        )
+        noise = keras.random.uniform((ops.shape(inputs)[0], num_patches), seed=self.seed_generator)
         # The `keep` smallest draws of each row, back in token order (a
         # sorted gather keeps neighbouring patches neighbours in memory).
         indices = ops.sort(ops.argsort(noise, axis=-1)[:, :keep], axis=-1)

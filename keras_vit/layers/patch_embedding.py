@@ -42,8 +42,7 @@ def patch_grid(image_size, patch_size):
                 f"patch_size={patch_size}"
             )
     return tuple(
-        None if size is None else size // patch
-        for size, patch in zip(image_size, patch_size)
+        None if size is None else size // patch for size, patch in zip(image_size, patch_size)
     )
 
 
@@ -60,8 +59,12 @@ def _checked_multiple(images, size, patch_size):
     fits = tf.logical_and(tf.equal(height % patch_size[0], 0), tf.equal(width % patch_size[1], 0))
     check = tf.debugging.Assert(
         fits,
-        [f"image height and width must be multiples of the patch size {patch_size}; "
-         "received height, width:", height, width],
+        [
+            f"image height and width must be multiples of the patch size {patch_size}; "
+            "received height, width:",
+            height,
+            width,
+        ],
     )
     with tf.control_dependencies([check]):
         return tf.identity(images)
@@ -125,8 +128,7 @@ class PatchEmbedding(keras.layers.Layer):
         self.patch_size = _pair(patch_size, "patch_size")
         if not isinstance(hidden_dim, int) or hidden_dim < 1:
             raise ValueError(
-                "`hidden_dim` must be a positive int. "
-                f"Received: hidden_dim={hidden_dim!r}"
+                f"`hidden_dim` must be a positive int. Received: hidden_dim={hidden_dim!r}"
             )
         self.hidden_dim = hidden_dim
         self.use_bias = use_bias
@@ -191,12 +193,8 @@ class PatchEmbedding(keras.layers.Layer):
                 "patch_size": self.patch_size,
                 "hidden_dim": self.hidden_dim,
                 "use_bias": self.use_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "bias_initializer": keras.initializers.serialize(
-                    self.bias_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "flatten": self.flatten,
             }
         )

@@ -166,9 +166,7 @@ def resample_position_embeddings(
     (1, 577, 8)
     """
     if method not in RESAMPLE_METHODS:
-        raise ValueError(
-            f"`method` must be one of {RESAMPLE_METHODS}. Received: method={method!r}"
-        )
+        raise ValueError(f"`method` must be one of {RESAMPLE_METHODS}. Received: method={method!r}")
     table = np.asarray(keras.ops.convert_to_numpy(embeddings), dtype=np.float64)
     batched = table.ndim == 3
     if batched:
@@ -204,9 +202,7 @@ def resample_position_embeddings(
         )
     grid = grid.reshape(*source_grid, -1)
     if source_grid != target_grid:
-        grid = _resample_grid(
-            np, grid, source_grid, target_grid, method, align_corners, "float64"
-        )
+        grid = _resample_grid(np, grid, source_grid, target_grid, method, align_corners, "float64")
     result = np.concatenate([prefix, grid.reshape(-1, grid.shape[-1])])
     result = result.astype("float32")
     return result[None] if batched else result
@@ -282,8 +278,7 @@ class PositionEmbedding(keras.layers.Layer):
             )
         if kind not in POSITION_EMBEDDING_KINDS:
             raise ValueError(
-                f"`kind` must be one of {POSITION_EMBEDDING_KINDS}. "
-                f"Received: kind={kind!r}"
+                f"`kind` must be one of {POSITION_EMBEDDING_KINDS}. Received: kind={kind!r}"
             )
         if resample_method not in RESAMPLE_METHODS:
             raise ValueError(
@@ -332,8 +327,13 @@ class PositionEmbedding(keras.layers.Layer):
             prefix = table[:, : self.num_prefix_tokens]
             patches = ops.reshape(table[0, self.num_prefix_tokens :], (*self.grid_size, -1))
             patches = _resample_grid(
-                ops, patches, self.grid_size, target, self.resample_method,
-                align_corners=False, dtype="float32",
+                ops,
+                patches,
+                self.grid_size,
+                target,
+                self.resample_method,
+                align_corners=False,
+                dtype="float32",
             )
             patches = ops.reshape(patches, (1, -1, ops.shape(table)[-1]))
             table = ops.concatenate([prefix, patches], axis=1)

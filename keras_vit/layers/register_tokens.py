@@ -43,9 +43,7 @@ class RegisterTokens(keras.layers.Layer):
                 f"`num_tokens` must be a positive int. Received: num_tokens={num_tokens!r}"
             )
         if not isinstance(index, int) or index < 0:
-            raise ValueError(
-                f"`index` must be an int >= 0. Received: index={index!r}"
-            )
+            raise ValueError(f"`index` must be an int >= 0. Received: index={index!r}")
         self.num_tokens = num_tokens
         self.index = index
         self.initializer = keras.initializers.get(initializer)
@@ -72,9 +70,7 @@ class RegisterTokens(keras.layers.Layer):
         batch_size = ops.shape(inputs)[0]
         tokens = ops.cast(self.tokens, inputs.dtype)
         tokens = ops.broadcast_to(tokens, (batch_size, self.num_tokens, inputs.shape[-1]))
-        return ops.concatenate(
-            [inputs[:, : self.index], tokens, inputs[:, self.index :]], axis=1
-        )
+        return ops.concatenate([inputs[:, : self.index], tokens, inputs[:, self.index :]], axis=1)
 
     def compute_output_shape(self, input_shape):
         tokens = None if input_shape[1] is None else input_shape[1] + self.num_tokens

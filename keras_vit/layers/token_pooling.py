@@ -42,9 +42,7 @@ class TokenPooling(keras.layers.Layer):
     def __init__(self, mode="token", num_prefix_tokens=1, token_index=0, **kwargs):
         super().__init__(**kwargs)
         if mode not in POOLING_MODES:
-            raise ValueError(
-                f"`mode` must be one of {POOLING_MODES}. Received: mode={mode!r}"
-            )
+            raise ValueError(f"`mode` must be one of {POOLING_MODES}. Received: mode={mode!r}")
         if mode != "gap" and not 0 <= token_index < num_prefix_tokens:
             raise ValueError(
                 f"mode={mode!r} takes prefix token {token_index}, which needs "

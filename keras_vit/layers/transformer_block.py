@@ -79,9 +79,7 @@ class TransformerBlock(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         if not isinstance(mlp_dim, int) or mlp_dim < 1:
-            raise ValueError(
-                f"`mlp_dim` must be a positive int. Received: mlp_dim={mlp_dim!r}"
-            )
+            raise ValueError(f"`mlp_dim` must be a positive int. Received: mlp_dim={mlp_dim!r}")
         for name, rate in (
             ("dropout_rate", dropout_rate),
             ("drop_path_rate", drop_path_rate),
@@ -119,9 +117,7 @@ class TransformerBlock(keras.layers.Layer):
             name="attention",
             **common,
         )
-        self.mlp_norm = LayerNormalization(
-            epsilon=layer_norm_epsilon, name="mlp_norm", **common
-        )
+        self.mlp_norm = LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", **common)
         # GELU inside the Dense: TensorFlow then fuses it into the matmul at
         # inference; its backward pass keeps only the pre-activation and is
         # XLA-compiled on TensorFlow (see `layers/gelu.py`).
@@ -143,9 +139,7 @@ class TransformerBlock(keras.layers.Layer):
         if layer_scale_init is None:
             self.attention_scale = self.mlp_scale = None
         else:
-            self.attention_scale = LayerScale(
-                layer_scale_init, name="attention_scale", **common
-            )
+            self.attention_scale = LayerScale(layer_scale_init, name="attention_scale", **common)
             self.mlp_scale = LayerScale(layer_scale_init, name="mlp_scale", **common)
 
     def build(self, input_shape):
@@ -179,9 +173,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def call(self, inputs, training=None, return_attention_scores=False):
         x = self.attention_norm(inputs)
-        x = self.attention(
-            x, training=training, return_attention_scores=return_attention_scores
-        )
+        x = self.attention(x, training=training, return_attention_scores=return_attention_scores)
         if return_attention_scores:
             x, scores = x
         x = self.dropout(x, training=training)
@@ -221,12 +213,8 @@ class TransformerBlock(keras.layers.Layer):
                 "approximate_gelu": self.approximate_gelu,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "use_qkv_bias": self.use_qkv_bias,
-                "kernel_initializer": keras.initializers.serialize(
-                    self.kernel_initializer
-                ),
-                "mlp_bias_initializer": keras.initializers.serialize(
-                    self.mlp_bias_initializer
-                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "mlp_bias_initializer": keras.initializers.serialize(self.mlp_bias_initializer),
                 "seed": self.seed,
             }
         )

@@ -89,7 +89,11 @@ def padded_dot_product_attention(query, key, value, multiple, implementation=Non
     query, key, value = (jnp.pad(t, widths) for t in (query, key, value))
     lengths = jnp.full((batch,), num_tokens, dtype="int32")
     outputs = jax.nn.dot_product_attention(
-        query, key, value, query_seq_lengths=lengths, key_value_seq_lengths=lengths,
+        query,
+        key,
+        value,
+        query_seq_lengths=lengths,
+        key_value_seq_lengths=lengths,
         implementation=implementation,
     )
     return outputs[:, :num_tokens]

@@ -71,8 +71,13 @@ def batch_norm(x, gamma, beta, epsilon):
         wide = ops.cast(x, dtype)
         mean, variance = ops.moments(wide, axes)
         outputs = ops.batch_normalization(
-            wide, mean, variance, axis=-1, offset=ops.cast(beta, dtype),
-            scale=ops.cast(gamma, dtype), epsilon=epsilon,
+            wide,
+            mean,
+            variance,
+            axis=-1,
+            offset=ops.cast(beta, dtype),
+            scale=ops.cast(gamma, dtype),
+            epsilon=epsilon,
         )
         return ops.cast(outputs, x.dtype), ops.stop_gradient(mean), ops.stop_gradient(variance)
 
@@ -93,8 +98,12 @@ def batch_norm(x, gamma, beta, epsilon):
             # As rows of a matrix: one compiled signature for every rank.
             channels = x.shape[-1]
             x_gradient, gamma_gradient, beta_gradient = _batch_norm_gradients(
-                ops.reshape(upstream, (-1, channels)), ops.reshape(x, (-1, channels)),
-                mean, inverse_std, gamma, keras.backend.standardize_dtype(beta.dtype),
+                ops.reshape(upstream, (-1, channels)),
+                ops.reshape(x, (-1, channels)),
+                mean,
+                inverse_std,
+                gamma,
+                keras.backend.standardize_dtype(beta.dtype),
             )
             return ops.reshape(x_gradient, ops.shape(x)), gamma_gradient, beta_gradient
 

@@ -27,7 +27,8 @@ def layer_norm(x, gamma, beta, epsilon):
 
     Same values and gradients as `keras.ops.layer_normalization` (to
     rounding), which it runs with the fast kernels switched off
-    (`disable_fast_kernels`) and on PyTorch. Computes in at least float32 and returns the dtype of `x`.
+    (`disable_fast_kernels`) and on PyTorch. Computes in at least float32 and
+    returns the dtype of `x`.
     The backward pass keeps `x` as it came (bf16 under mixed precision:
     half the bytes of a float32 `x_hat`) and the per-row mean and `1 / sigma`,
     and recomputes `x_hat` from them.

@@ -4,6 +4,7 @@ See `objectives` for how the pieces fit, `masking` for what the data
 pipeline computes, and `pretrain` for the `keras-vit pretrain` job.
 """
 
+from keras_vit.pretraining.loop import pretrain
 from keras_vit.pretraining.objectives import (
     OBJECTIVES,
     MaskedAutoencoder,
@@ -12,7 +13,6 @@ from keras_vit.pretraining.objectives import (
     get_objective,
     patch_geometry,
 )
-from keras_vit.pretraining.loop import pretrain
 from keras_vit.pretraining.transfer import transfer_encoder
 
 __all__ = [

@@ -69,9 +69,18 @@ def pretrain(
     from keras_vit.training.run import Run, check_dataset_source, dataset_reference
 
     # Every argument is checked before any data is read or model built.
-    run = Run("pretrain", output_dir=output_dir, overwrite=overwrite, epochs=epochs,
-              batch_size=batch_size, recipe=recipe, augmentation=augmentation, seed=seed,
-              deterministic=deterministic, log=log)
+    run = Run(
+        "pretrain",
+        output_dir=output_dir,
+        overwrite=overwrite,
+        epochs=epochs,
+        batch_size=batch_size,
+        recipe=recipe,
+        augmentation=augmentation,
+        seed=seed,
+        deterministic=deterministic,
+        log=log,
+    )
     recipe = run.recipe
     check_limit(limit)
     options = dict(objective_options or {})
@@ -92,30 +101,45 @@ def pretrain(
     check_image_size(image_size, arguments["patch_size"])
     channels = 1 if (dataset == "fashion_mnist" and model in SMALL_MODELS) else 3
     check_dataset_source(dataset)
-    run.open({
-        "dataset": dataset_reference(dataset), "data_dir": data_dir,
-        "objective": objective.name if hasattr(objective, "name") else type(objective).__name__,
-        "objective_options": options, "model": model, "image_size": image_size,
-        "patch_size": patch_size, "gradient_accumulation_steps": gradient_accumulation_steps,
-        "limit": limit,
-    })
+    run.open(
+        {
+            "dataset": dataset_reference(dataset),
+            "data_dir": data_dir,
+            "objective": objective.name if hasattr(objective, "name") else type(objective).__name__,
+            "objective_options": options,
+            "model": model,
+            "image_size": image_size,
+            "patch_size": patch_size,
+            "gradient_accumulation_steps": gradient_accumulation_steps,
+            "limit": limit,
+        }
+    )
     common = run.data_options(image_size, channels, data_dir, download)
     train_data = vit_data.load(
-        dataset, "train", training=True,
-        crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0), flip=True,
-        augmentation=batch_augmentation(augmentation, seed), batch_size=batch_size,
-        limit=limit, **common,
+        dataset,
+        "train",
+        training=True,
+        crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0),
+        flip=True,
+        augmentation=batch_augmentation(augmentation, seed),
+        batch_size=batch_size,
+        limit=limit,
+        **common,
     )
     steps_per_epoch = run.steps_per_epoch(train_data, dataset)
     encoder = keras_vit.VisionTransformer(
-        **{**arguments, "pooling": None}, include_top=False,
+        **{**arguments, "pooling": None},
+        include_top=False,
         input_shape=(image_size, image_size, channels),
-        dropout_rate=recipe.dropout_rate, drop_path_rate=recipe.drop_path_rate,
-        seed=seed, name="encoder",
+        dropout_rate=recipe.dropout_rate,
+        drop_path_rate=recipe.drop_path_rate,
+        seed=seed,
+        name="encoder",
     )
     network = objective.build(encoder)
     recipe.compile(
-        network, total_steps=steps_per_epoch * epochs,
+        network,
+        total_steps=steps_per_epoch * epochs,
         gradient_accumulation_steps=gradient_accumulation_steps,
         **objective.compile_arguments(),
     )
@@ -127,11 +151,13 @@ def pretrain(
         f"objective: {objective}; encoder: {model} ViT, {encoder.count_params():,} "
         f"parameters ({network.count_params():,} with the objective's parts); recipe: {recipe}"
     )
-    history = run.fit(network, objective.batches(train_data.data, network, seed),
-                      verbose=verbose)
+    history = run.fit(network, objective.batches(train_data.data, network, seed), verbose=verbose)
     last = {key: float(values[-1]) for key, values in history.history.items() if values}
-    return run.finish(network, {
-        **last,
-        "objective": type(objective).__name__,
-        "encoder_parameters": encoder.count_params(),
-    })
+    return run.finish(
+        network,
+        {
+            **last,
+            "objective": type(objective).__name__,
+            "encoder_parameters": encoder.count_params(),
+        },
+    )

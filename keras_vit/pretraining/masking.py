@@ -41,9 +41,7 @@ def quantized_colors(images, patch_size, bits=3, grid=1):
     ph, pw = patch_size
     cell = (ph // grid, pw // grid)
     means = tf.nn.avg_pool2d(images, cell, cell, "VALID")  # (B, rows*grid, cols*grid, C)
-    levels = tf.clip_by_value(
-        tf.floor(means * (2**bits) / 256.0), 0.0, 2.0**bits - 1.0
-    )
+    levels = tf.clip_by_value(tf.floor(means * (2**bits) / 256.0), 0.0, 2.0**bits - 1.0)
     channels = images.shape[-1]
     place = (2**bits) ** np.arange(channels - 1, -1, -1)
     classes = tf.cast(tf.reduce_sum(levels * place.astype("float32"), axis=-1), tf.int32)
@@ -72,8 +70,9 @@ def scaled_patch_pixels(images, patch_size):
     return patchify(images / 127.5 - 1.0, patch_size)
 
 
-def corruption_plan(seed, batch_size, num_patches, rate=0.5, mask_fraction=0.8,
-                    replace_fraction=0.1):
+def corruption_plan(
+    seed, batch_size, num_patches, rate=0.5, mask_fraction=0.8, replace_fraction=0.1
+):
     """Which patch embeddings are corrupted, and how (BERT's recipe, the paper's).
 
     Exactly `round(rate * num_patches)` patches of every image are chosen

@@ -41,8 +41,16 @@ from keras_vit.pretraining import masking
 MPP_TARGETS = ("mean_color", "color_grid", "pixels")
 # The layers of an encoder built by `VisionTransformer(include_top=False,
 # pooling=None)`, one after the other (a chain: each takes the previous output).
-_CHAIN_LAYERS = ("rescaling", "patch_embedding", "distillation_token", "class_token",
-                 "position_embedding", "register_tokens", "dropout", "encoder_norm")
+_CHAIN_LAYERS = (
+    "rescaling",
+    "patch_embedding",
+    "distillation_token",
+    "class_token",
+    "position_embedding",
+    "register_tokens",
+    "dropout",
+    "encoder_norm",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +123,9 @@ def _head_dtype():
 
 def _check_fraction(name, value, low=0.0, high=1.0):
     if not isinstance(value, (int, float)) or not low < value < high:
-        raise ValueError(f"`{name}` must be a number in ({low}, {high}). Received: {name}={value!r}")
+        raise ValueError(
+            f"`{name}` must be a number in ({low}, {high}). Received: {name}={value!r}"
+        )
 
 
 def _with_seeds(data, seed, transform):
@@ -131,9 +141,11 @@ def _with_seeds(data, seed, transform):
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
         return transform(images, tf.stack([tf.cast(seed, tf.int64), draw]))
 
-    return (tf.data.Dataset.zip(data, draws)
-            .map(apply, num_parallel_calls=2, deterministic=True)
-            .prefetch(2))
+    return (
+        tf.data.Dataset.zip(data, draws)
+        .map(apply, num_parallel_calls=2, deterministic=True)
+        .prefetch(2)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +202,9 @@ class MaskedPatchPrediction:
                 f"mask_fraction={self.mask_fraction!r}, replace_fraction={self.replace_fraction!r}"
             )
         if not isinstance(self.color_bits, int) or not 1 <= self.color_bits <= 8:
-            raise ValueError(f"`color_bits` must be an int in [1, 8]. Received: color_bits={self.color_bits!r}")
+            raise ValueError(
+                f"`color_bits` must be an int in [1, 8]. Received: color_bits={self.color_bits!r}"
+            )
         if not isinstance(self.grid, int) or self.grid < 1:
             raise ValueError(f"`grid` must be a positive int. Received: grid={self.grid!r}")
 
@@ -200,7 +214,10 @@ class MaskedPatchPrediction:
 
     def _check(self, geometry):
         if geometry.num_patches < 2:
-            raise ValueError(f"Masked patch prediction needs at least 2 patches; the model has {geometry.num_patches}.")
+            raise ValueError(
+                "Masked patch prediction needs at least 2 patches; the model has "
+                f"{geometry.num_patches}."
+            )
         if self.target == "color_grid" and any(p % self.grid for p in geometry.patch_size):
             raise ValueError(
                 f"target='color_grid' cuts each patch into a {self.grid}x{self.grid} grid, "
@@ -231,7 +248,9 @@ class MaskedPatchPrediction:
             geometry.num_prefix_tokens, keep_prefix=False, name="patch_tokens"
         )(x)
         if self.target == "pixels":
-            outputs = keras.layers.Dense(geometry.patch_values, name="mpp_head", dtype=_head_dtype())(x)
+            outputs = keras.layers.Dense(
+                geometry.patch_values, name="mpp_head", dtype=_head_dtype()
+            )(x)
         else:
             classes = self.num_classes(geometry.channels)
             cells = 1 if self.target == "mean_color" else self.grid**2
@@ -266,8 +285,12 @@ class MaskedPatchPrediction:
 
         def transform(images, batch_seed):
             chosen, mask, source = masking.corruption_plan(
-                batch_seed, tf.shape(images)[0], geometry.num_patches,
-                self.corruption_rate, self.mask_fraction, self.replace_fraction,
+                batch_seed,
+                tf.shape(images)[0],
+                geometry.num_patches,
+                self.corruption_rate,
+                self.mask_fraction,
+                self.replace_fraction,
             )
             weights = chosen if cells == 1 else tf.repeat(chosen[..., None], cells, axis=-1)
             inputs = {"images": images, "masked_patches": mask, "source_patches": source}
@@ -331,7 +354,8 @@ class MaskedAutoencoder:
                 raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}")
         if self.decoder_dim % self.decoder_heads:
             raise ValueError(
-                f"decoder_dim {self.decoder_dim} is not divisible by decoder_heads {self.decoder_heads}."
+                f"decoder_dim {self.decoder_dim} is not divisible by "
+                f"decoder_heads {self.decoder_heads}."
             )
 
     def num_kept(self, geometry):
@@ -371,7 +395,9 @@ class MaskedAutoencoder:
         x = keras.layers.Dense(self.decoder_dim, name="decoder_embedding")(x)
         x = vit_layers.RestoreMaskedTokens(prefix, name="decoder_mask_tokens")([x, restore])
         x = vit_layers.PositionEmbedding(
-            geometry.grid_size, num_prefix_tokens=prefix, kind="sincos2d",
+            geometry.grid_size,
+            num_prefix_tokens=prefix,
+            kind="sincos2d",
             name="decoder_position_embedding",
         )(x)
         epsilon = block_config.get("layer_norm_epsilon", 1e-6)

@@ -39,7 +39,8 @@ def transfer_encoder(pretrained, model):
         source = os.fspath(pretrained)
         if not source.endswith(".keras") or not os.path.isfile(source):
             raise ValueError(
-                f"`pretrained` must be a model or an existing .keras file. Received: pretrained={source!r}"
+                "`pretrained` must be a model or an existing .keras file. "
+                f"Received: pretrained={source!r}"
             )
         tensors = read_tensors(source)
     elif isinstance(pretrained, keras.Model):
@@ -47,6 +48,7 @@ def transfer_encoder(pretrained, model):
         tensors = {w.path: keras.ops.convert_to_numpy(w) for w in pretrained.weights}
     else:
         raise TypeError(
-            f"`pretrained` must be a keras.Model or a .keras path. Received: pretrained={pretrained!r}"
+            "`pretrained` must be a keras.Model or a .keras path. "
+            f"Received: pretrained={pretrained!r}"
         )
     return assign_canonical(model, tensors, source=source)

@@ -75,11 +75,11 @@ def latest_checkpoint(backup_dir):
         folder = os.path.join(backup_dir, name)
         if (
             name.startswith(_PREFIX)
-            and name[len(_PREFIX):].isdigit()
+            and name[len(_PREFIX) :].isdigit()
             and os.path.isfile(os.path.join(folder, _WEIGHTS))
             and os.path.isfile(os.path.join(folder, _STATE))
         ):
-            complete.append((int(name[len(_PREFIX):]), folder))
+            complete.append((int(name[len(_PREFIX) :]), folder))
     return max(complete) if complete else None
 
 
@@ -119,8 +119,9 @@ class CrashSafeBackup(BackupHooks):
     """
 
     def __init__(self, backup_dir):
-        super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False,
-                         double_checkpoint=False)
+        super().__init__(
+            backup_dir, save_freq="epoch", delete_checkpoint=False, double_checkpoint=False
+        )
         self.skipped_epochs = []
 
     def on_train_begin(self, logs=None):

@@ -16,8 +16,13 @@ import shutil
 import time
 import warnings
 
-COMMON_OUTPUT_FILES = ("model.keras", "history.csv", "learning_curves.png", "metrics.json",
-                       "run.json")
+COMMON_OUTPUT_FILES = (
+    "model.keras",
+    "history.csv",
+    "learning_curves.png",
+    "metrics.json",
+    "run.json",
+)
 LOCK_FILE = ".run.lock"
 # The output folders that runs of this process hold: {real path: open lock file}.
 _HELD = {}
@@ -60,8 +65,21 @@ class Run:
     ```
     """
 
-    def __init__(self, job, *, output_dir, overwrite, epochs, batch_size, recipe,
-                 augmentation, seed, deterministic=False, log=print, output_files=()):
+    def __init__(
+        self,
+        job,
+        *,
+        output_dir,
+        overwrite,
+        epochs,
+        batch_size,
+        recipe,
+        augmentation,
+        seed,
+        deterministic=False,
+        log=print,
+        output_files=(),
+    ):
         from keras_vit.data.augmentation import get_config
         from keras_vit.training.recipes import get_recipe
 
@@ -106,8 +124,12 @@ class Run:
         hold_output_dir(self.output_dir)
         self.resuming = check_output_dir(self.output_dir, self.overwrite, self.output_files)
         settings = {
-            "job": self.job, **settings, "batch_size": self.batch_size,
-            "recipe": self.recipe_name, "augmentation": self.augmentation, "seed": self.seed,
+            "job": self.job,
+            **settings,
+            "batch_size": self.batch_size,
+            "recipe": self.recipe_name,
+            "augmentation": self.augmentation,
+            "seed": self.seed,
             "epochs": self.epochs,
         }
         if self.resuming and self.overwrite and changed_settings(self.output_dir, settings):
@@ -123,8 +145,12 @@ class Run:
 
     def data_options(self, image_size, channels, data_dir=None, download=False, **options):
         """The pipeline options of the run's data (`keras_vit.data.load` keywords)."""
-        options = dict(image_size=image_size, channels=channels, seed=self.seed,
-                       **{k: v for k, v in options.items() if v is not None})
+        options = dict(
+            image_size=image_size,
+            channels=channels,
+            seed=self.seed,
+            **{k: v for k, v in options.items() if v is not None},
+        )
         if data_dir is not None:
             options["data_dir"] = data_dir
         if download:
@@ -145,8 +171,13 @@ class Run:
     def fit(self, network, data, **kwargs):
         """`fit_with_checkpoints` into the run's folder; returns the history."""
         history, self.fit_seconds = fit_with_checkpoints(
-            network, data, epochs=self.epochs, output_dir=self.output_dir,
-            resuming=self.resuming, log=self.log, **kwargs,
+            network,
+            data,
+            epochs=self.epochs,
+            output_dir=self.output_dir,
+            resuming=self.resuming,
+            log=self.log,
+            **kwargs,
         )
         return history
 
@@ -261,8 +292,10 @@ def cleans_up_failed_output_dir(job):
         try:
             return job(*args, **kwargs)
         except BaseException:
-            if not existed and os.path.isdir(output_dir) and (
-                latest_checkpoint(os.path.join(output_dir, "backup")) is None
+            if (
+                not existed
+                and os.path.isdir(output_dir)
+                and (latest_checkpoint(os.path.join(output_dir, "backup")) is None)
             ):
                 shutil.rmtree(output_dir, ignore_errors=True)
             raise
@@ -385,8 +418,16 @@ def plot_history(csv_path, png_path):
 
 
 def fit_with_checkpoints(
-    model, data, *, epochs, output_dir, resuming=False, validation_data=None,
-    validation_freq=1, verbose=2, log=print,
+    model,
+    data,
+    *,
+    epochs,
+    output_dir,
+    resuming=False,
+    validation_data=None,
+    validation_freq=1,
+    verbose=2,
+    log=print,
 ):
     """`model.fit` that survives kills and stops on a diverged loss.
 
@@ -448,8 +489,11 @@ def fit_with_checkpoints(
     fit_seconds = time.perf_counter() - fit_start
     if guard.failure is not None:
         found = latest_checkpoint(backup_dir)
-        kept = (f"the last good checkpoint (after epoch {found[0]}) is kept in {found[1]}"
-                if found else "no epoch had finished, so there is no checkpoint")
+        kept = (
+            f"the last good checkpoint (after epoch {found[0]}) is kept in {found[1]}"
+            if found
+            else "no epoch had finished, so there is no checkpoint"
+        )
         raise RuntimeError(
             f"Training diverged: the loss was {guard.failure['loss']} at epoch "
             f"{guard.failure['epoch'] + 1}, batch {guard.failure['batch'] + 1}; {kept}. "
@@ -467,8 +511,11 @@ _MAY_CHANGE = ("epochs",)
 
 
 def path_reference(path):
-    return os.path.abspath(os.fspath(path)) if path is not None and os.path.exists(
-        os.fspath(path)) else path
+    return (
+        os.path.abspath(os.fspath(path))
+        if path is not None and os.path.exists(os.fspath(path))
+        else path
+    )
 
 
 def dataset_reference(dataset):
@@ -511,8 +558,11 @@ def changed_settings(output_dir, settings):
     recorded = read_run(output_dir)
     if recorded is None:
         return []
-    changed = [key for key in sorted(set(settings) | set(recorded))
-               if key not in _MAY_CHANGE and settings.get(key) != recorded.get(key)]
+    changed = [
+        key
+        for key in sorted(set(settings) | set(recorded))
+        if key not in _MAY_CHANGE and settings.get(key) != recorded.get(key)
+    ]
     if recorded.get("epochs") is not None and settings.get("epochs", 0) < recorded["epochs"]:
         changed.append("epochs")
     return changed
@@ -533,7 +583,8 @@ def record_run(output_dir, resuming, settings):
         changed = changed_settings(output_dir, settings)
         if changed:
             differences = ", ".join(
-                f"{key}={settings.get(key)!r} (the run has {recorded.get(key)!r})" for key in changed
+                f"{key}={settings.get(key)!r} (the run has {recorded.get(key)!r})"
+                for key in changed
             )
             raise ValueError(
                 f"{output_dir!r} holds an unfinished run with other settings: {differences}. "

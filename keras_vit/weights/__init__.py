@@ -107,9 +107,7 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
             if path.startswith(HEAD_PREFIXES):
                 kept.append(path)
                 continue
-            raise ValueError(
-                f"{source} has no weight for {path!r} (model shape {model_shape})."
-            )
+            raise ValueError(f"{source} has no weight for {path!r} (model shape {model_shape}).")
         value = tensors[path]
         if path == "position_embedding/embeddings" and value.shape != model_shape:
             layer = model.get_layer("position_embedding")
@@ -162,7 +160,9 @@ def load(model, path, resample_method=None):
     tensors = read_tensors(path)
     layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads)
     assign_canonical(
-        model, canonical, source=f"{layout} checkpoint {path!r}",
+        model,
+        canonical,
+        source=f"{layout} checkpoint {path!r}",
         resample_method=resample_method or source_resample_method(path),
     )
     return model
@@ -244,13 +244,26 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
 
 
 # What a checkpoint's tensors themselves show (token layout, LayerScale, head).
-_SHOWN_BY_TENSORS = ("class_token", "distillation_token", "num_register_tokens",
-                     "layer_scale_init", "pooling", "representation_size")
+_SHOWN_BY_TENSORS = (
+    "class_token",
+    "distillation_token",
+    "num_register_tokens",
+    "layer_scale_init",
+    "pooling",
+    "representation_size",
+)
 # The shapes a builder must match (checked), and the input size and head
 # class count it takes where the user leaves them unset (`classes` only for
 # a file with a head).
-_ARCHITECTURE = ("patch_size", "hidden_dim", "num_layers", "num_heads", "mlp_dim",
-                 "input_shape", "classes")
+_ARCHITECTURE = (
+    "patch_size",
+    "hidden_dim",
+    "num_layers",
+    "num_heads",
+    "mlp_dim",
+    "input_shape",
+    "classes",
+)
 
 
 def function_arguments(weights, variant=None, num_heads=None):
@@ -273,9 +286,13 @@ def function_arguments(weights, variant=None, num_heads=None):
     checkpoint = registered(weights, variant)
     if checkpoint is not None:
         arguments = {
-            "approximate_gelu": True, "layer_norm_epsilon": 1e-6,
-            "normalization": checkpoint.normalization, "class_token": True,
-            "distillation_token": False, "num_register_tokens": 0, "layer_scale_init": None,
+            "approximate_gelu": True,
+            "layer_norm_epsilon": 1e-6,
+            "normalization": checkpoint.normalization,
+            "class_token": True,
+            "distillation_token": False,
+            "num_register_tokens": 0,
+            "layer_scale_init": None,
             "representation_size": checkpoint.representation_size,
         }
         recorded = set(arguments)
@@ -291,11 +308,18 @@ def function_arguments(weights, variant=None, num_heads=None):
     if layout == "keras_vit":
         recorded.update(keys)
     elif layout == "huggingface":
-        recorded.update(name for name, key in (("approximate_gelu", "hidden_act"),
-                                               ("layer_norm_epsilon", "layer_norm_eps"))
-                        if key in config)
-        if ("image_mean" in read_json_beside(path, "preprocessor_config.json")
-                or config.get("model_type") in IMAGENET_MODEL_TYPES):
+        recorded.update(
+            name
+            for name, key in (
+                ("approximate_gelu", "hidden_act"),
+                ("layer_norm_epsilon", "layer_norm_eps"),
+            )
+            if key in config
+        )
+        if (
+            "image_mean" in read_json_beside(path, "preprocessor_config.json")
+            or config.get("model_type") in IMAGENET_MODEL_TYPES
+        ):
             recorded.add("normalization")
     elif layout == "timm" and "mean" in config.get("pretrained_cfg", {}):
         recorded.add("normalization")

@@ -42,8 +42,7 @@ def infer_architecture(path, tensors, num_heads=None):
         for marker, what in _UNSUPPORTED.items():
             if marker in name:
                 raise ValueError(
-                    f"{path!r} is a ViT with {what} ({name!r}), which "
-                    "keras_vit does not build."
+                    f"{path!r} is a ViT with {what} ({name!r}), which keras_vit does not build."
                 )
     layout, shapes = to_canonical(tensors, num_heads=1)
     if "patch_embedding/kernel" not in shapes:
@@ -86,11 +85,9 @@ def infer_architecture(path, tensors, num_heads=None):
         - int(class_token)
         - int(distillation_token)
     )
-    grid = int(round(positions ** 0.5))
+    grid = int(round(positions**0.5))
     if grid * grid != positions and layout != "keras_vit":  # (its config has the shape)
-        raise ValueError(
-            f"{path!r}: {positions} position embeddings are not a square grid."
-        )
+        raise ValueError(f"{path!r}: {positions} position embeddings are not a square grid.")
     arguments = {
         "patch_size": (patch_h, patch_w) if patch_h != patch_w else int(patch_h),
         "hidden_dim": int(hidden_dim),
@@ -101,7 +98,9 @@ def infer_architecture(path, tensors, num_heads=None):
         "class_token": class_token,
         "distillation_token": distillation_token,
         "num_register_tokens": (
-            int(shapes["register_tokens/tokens"].shape[1]) if "register_tokens/tokens" in shapes else 0
+            int(shapes["register_tokens/tokens"].shape[1])
+            if "register_tokens/tokens" in shapes
+            else 0
         ),
         "pooling": "map" if "map_head/probe" in shapes else "token" if class_token else "gap",
         "include_top": "head/kernel" in shapes,

@@ -58,9 +58,7 @@ def register(name, checkpoint):
     >>> del CHECKPOINTS[("Ti/16", "my-run")]
     """
     if not isinstance(checkpoint, Checkpoint):
-        raise TypeError(
-            f"`checkpoint` must be a Checkpoint. Received: {checkpoint!r}"
-        )
+        raise TypeError(f"`checkpoint` must be a Checkpoint. Received: {checkpoint!r}")
     CHECKPOINTS[(checkpoint.variant, name)] = checkpoint
 
 
@@ -147,19 +145,33 @@ def _register_published():
     widths = {"Ti": 192, "S": 384, "B": 768, "L": 1024, "H": 1280}
     for variant in ("B/16", "B/32", "L/16", "L/32", "H/14"):
         file = f"ViT-{variant.replace('/', '_')}.npz"
-        register("imagenet21k", Checkpoint(
-            variant, f"{GOOGLE}/imagenet21k/{file}", classes=21843,
-            representation_size=widths[variant.split("/")[0]],
-        ))
+        register(
+            "imagenet21k",
+            Checkpoint(
+                variant,
+                f"{GOOGLE}/imagenet21k/{file}",
+                classes=21843,
+                representation_size=widths[variant.split("/")[0]],
+            ),
+        )
         if variant != "H/14":
-            register("imagenet21k+imagenet2012", Checkpoint(
-                variant, f"{GOOGLE}/imagenet21k%2Bimagenet2012/{file}", image_size=384,
-            ))
+            register(
+                "imagenet21k+imagenet2012",
+                Checkpoint(
+                    variant,
+                    f"{GOOGLE}/imagenet21k%2Bimagenet2012/{file}",
+                    image_size=384,
+                ),
+            )
     for variant in ("B/16", "L/16"):
         file = f"ViT-{variant.replace('/', '_')}-224.npz"
-        register("imagenet21k+imagenet2012@224", Checkpoint(
-            variant, f"{GOOGLE}/imagenet21k%2Bimagenet2012/{file}",
-        ))
+        register(
+            "imagenet21k+imagenet2012@224",
+            Checkpoint(
+                variant,
+                f"{GOOGLE}/imagenet21k%2Bimagenet2012/{file}",
+            ),
+        )
     # AugReg ("How to train your ViT?", Steiner et al. 2021): the runs the
     # paper recommends per variant, pre-trained on ImageNet-21k and
     # fine-tuned on ImageNet-1k at 224 and 384.
@@ -183,11 +195,14 @@ def _register_published():
             if (variant, size) == ("B/32", 384):  # the recommended 384 run differs
                 run = stem.replace("aug_medium1-wd_0.03", "aug_light1-wd_0.1")
             suffix = "" if size == 224 else f"@{size}"
-            register(f"augreg-imagenet21k+imagenet2012{suffix}", Checkpoint(
-                variant,
-                f"{run}--imagenet2012-steps_20k-lr_{ft_lr}-res_{size}.npz",
-                image_size=size,
-            ))
+            register(
+                f"augreg-imagenet21k+imagenet2012{suffix}",
+                Checkpoint(
+                    variant,
+                    f"{run}--imagenet2012-steps_20k-lr_{ft_lr}-res_{size}.npz",
+                    image_size=size,
+                ),
+            )
 
 
 _register_published()

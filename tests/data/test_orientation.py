@@ -1,4 +1,5 @@
-"""Photos the right way up: the EXIF orientation read by TensorFlow ops, applied wherever images are decoded."""
+"""Photos the right way up: the EXIF orientation read by TensorFlow ops,
+applied wherever images are decoded."""
 
 import io
 import struct
@@ -37,11 +38,17 @@ def photo():
 
 def with_exif(jpeg, orientation, byte_order="<", after_jfif=False, tag=0x0112):
     """`jpeg` with an EXIF segment whose IFD0 holds a camera make, then `Orientation`."""
-    entries = [struct.pack(byte_order + "HHI4s", 0x010F, 2, 4, b"Cam\0"),
-               struct.pack(byte_order + "HHIH2x", tag, 3, 1, orientation)]
-    tiff = ((b"II" if byte_order == "<" else b"MM") + struct.pack(byte_order + "HI", 42, 8)
-            + struct.pack(byte_order + "H", len(entries)) + b"".join(entries)
-            + struct.pack(byte_order + "I", 0))
+    entries = [
+        struct.pack(byte_order + "HHI4s", 0x010F, 2, 4, b"Cam\0"),
+        struct.pack(byte_order + "HHIH2x", tag, 3, 1, orientation),
+    ]
+    tiff = (
+        (b"II" if byte_order == "<" else b"MM")
+        + struct.pack(byte_order + "HI", 42, 8)
+        + struct.pack(byte_order + "H", len(entries))
+        + b"".join(entries)
+        + struct.pack(byte_order + "I", 0)
+    )
     payload = b"Exif\0\0" + tiff
     segment = b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
     at = 2
@@ -53,8 +60,9 @@ def with_exif(jpeg, orientation, byte_order="<", after_jfif=False, tag=0x0112):
 
 @pytest.mark.parametrize("byte_order", ["<", ">"])
 @pytest.mark.parametrize("after_jfif", [False, True])
-def test_the_orientation_is_read_in_either_byte_order_wherever_the_segment_is(byte_order,
-                                                                             after_jfif):
+def test_the_orientation_is_read_in_either_byte_order_wherever_the_segment_is(
+    byte_order, after_jfif
+):
     for orientation in range(1, 9):
         encoded = with_exif(photo(), orientation, byte_order, after_jfif)
         assert int(exif_orientation(tf.constant(encoded))) == orientation
@@ -64,9 +72,14 @@ def test_images_without_a_usable_orientation_stay_as_they_are():
     jpeg = photo()
     png = tf.io.encode_png(tf.zeros((4, 6, 3), tf.uint8)).numpy()
     exif_six = with_exif(jpeg, 6)
-    for encoded in (jpeg, png, with_exif(jpeg, 9), with_exif(jpeg, 0),
-                    with_exif(jpeg, 6, tag=0x0110),  # another tag with 6
-                    exif_six[:30] + exif_six[60:]):  # a segment cut short
+    for encoded in (
+        jpeg,
+        png,
+        with_exif(jpeg, 9),
+        with_exif(jpeg, 0),
+        with_exif(jpeg, 6, tag=0x0110),  # another tag with 6
+        exif_six[:30] + exif_six[60:],
+    ):  # a segment cut short
         assert int(exif_orientation(tf.constant(encoded))) == 1
 
 
@@ -101,5 +114,7 @@ def test_folders_and_the_evaluation_view_see_photos_upright(tmp_path):
         views.append(next(iter(data.data))[0].numpy())
     np.testing.assert_allclose(views[0], views[1])
     encoded = tf.io.encode_png(np.ascontiguousarray(upright)).numpy()
-    np.testing.assert_allclose(decode_for_eval(tf.constant(with_exif(jpeg, 6)), (20, 12)),
-                               decode_for_eval(tf.constant(encoded), (20, 12)))
+    np.testing.assert_allclose(
+        decode_for_eval(tf.constant(with_exif(jpeg, 6)), (20, 12)),
+        decode_for_eval(tf.constant(encoded), (20, 12)),
+    )

@@ -17,8 +17,10 @@ ARCH = dict(patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32)
 
 def fit_a_few_steps(dataset, image_size, channels=3):
     model = keras_vit.VisionTransformer(
-        **ARCH, input_shape=(image_size, image_size, channels),
-        classes=dataset.num_classes, classifier_activation=None,
+        **ARCH,
+        input_shape=(image_size, image_size, channels),
+        classes=dataset.num_classes,
+        classifier_activation=None,
     )
     get_recipe("small").compile(model, total_steps=4)
     history = model.fit(dataset.data.take(2), epochs=1, verbose=0)
@@ -60,8 +62,9 @@ def test_evaluation_pipeline_keeps_order_and_pixels():
 
 def test_limit_keeps_the_first_examples_and_counts_them(tmp_path):
     images = np.arange(10 * 8 * 8).reshape(10, 8, 8, 1).astype("uint8")
-    ds = vit_data.from_arrays(images, np.arange(10) % 3, image_size=8, channels=1,
-                              batch_size=4, limit=6)
+    ds = vit_data.from_arrays(
+        images, np.arange(10) % 3, image_size=8, channels=1, batch_size=4, limit=6
+    )
     assert ds.size == 6
     x = np.concatenate([x for x, _ in batches(ds, 2)])
     np.testing.assert_array_equal(x, images[:6].astype("float32"))
@@ -80,9 +83,17 @@ def test_shards_are_disjoint_equal_and_cover_the_data():
     images = np.arange(11 * 2 * 2).reshape(11, 2, 2, 1).astype("uint8")
     seen = []
     for index in range(3):
-        ds = vit_data.from_arrays(images, np.arange(11) % 2, image_size=2, channels=1,
-                                  batch_size=3, shard=(3, index), training=True,
-                                  crop_scale=None, flip=False)
+        ds = vit_data.from_arrays(
+            images,
+            np.arange(11) % 2,
+            image_size=2,
+            channels=1,
+            batch_size=3,
+            shard=(3, index),
+            training=True,
+            crop_scale=None,
+            flip=False,
+        )
         firsts = [int(x[i, 0, 0, 0]) // 4 for x, _ in batches(ds, 10) for i in range(len(x))]
         assert len(firsts) == 3  # 11 // 3 = 3 examples each, one batch of 3
         assert all(f % 3 == index for f in firsts)
@@ -112,8 +123,9 @@ def test_image_folder_skips_bad_files_with_a_count(tmp_path, caplog):
         ds = vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4, training=True)
     assert "skipped 1 file(s)" in caplog.text
     assert ds.class_names == ("cats", "dogs")
-    seen = sum(len(y) for _, y in vit_data.load(
-        str(tmp_path), "train", image_size=16, batch_size=4).data)
+    seen = sum(
+        len(y) for _, y in vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4).data
+    )
     assert seen == 12  # the truncated PNG is dropped, not a crash
     fit_a_few_steps(ds, 16)
 
@@ -124,13 +136,18 @@ def test_webp_images_are_read_like_the_others(tmp_path):
     from tests.reliability.test_decompression_bombs import webp
 
     pixels = np.random.default_rng(0).integers(0, 256, (12, 12, 3)).astype("uint8")
-    for kind, data in (("png", tf.io.encode_png(pixels).numpy()),
-                       ("webp", webp(pixels, lossless=True))):
+    for kind, data in (
+        ("png", tf.io.encode_png(pixels).numpy()),
+        ("webp", webp(pixels, lossless=True)),
+    ):
         os.makedirs(tmp_path / kind / "class")
         (tmp_path / kind / "class" / f"a.{kind}").write_bytes(data)
-    png, webp = (next(iter(vit_data.from_folder(str(tmp_path / kind), image_size=8,
-                                                batch_size=1).data))[0].numpy()
-                 for kind in ("png", "webp"))
+    png, webp = (
+        next(iter(vit_data.from_folder(str(tmp_path / kind), image_size=8, batch_size=1).data))[
+            0
+        ].numpy()
+        for kind in ("png", "webp")
+    )
     np.testing.assert_array_equal(webp, png)  # lossless: the same pixels
     # `keras-vit predict` and `inspect` read it too.
     paths, images = read_images("predict", [str(tmp_path / "webp" / "class" / "a.webp")], 8, 8, 3)
@@ -143,7 +160,10 @@ def test_webp_images_are_read_like_the_others(tmp_path):
     [
         (lambda p: vit_data.from_folder(str(p / "missing")), "missing"),
         (lambda p: vit_data.from_folder(str(p)), "no class sub-folders"),
-        (lambda p: vit_data.load("no_such_dataset_xyz", image_size=8), "Unknown TFDS dataset 'no_such_dataset_xyz'"),
+        (
+            lambda p: vit_data.load("no_such_dataset_xyz", image_size=8),
+            "Unknown TFDS dataset 'no_such_dataset_xyz'",
+        ),
     ],
 )
 def test_bad_sources_fail_clearly(tmp_path, call, message):
@@ -169,8 +189,9 @@ def test_tfds_pipeline_reads_a_prepared_dataset_and_fails_offline(tmp_path):
         assert ds.class_names[:2] == ("0", "1")
         fit_a_few_steps(ds, 16)
     with pytest.raises(RuntimeError, match="tfds build cifar10"):
-        vit_data.from_tfds("cifar10", "train", data_dir=str(tmp_path), download=False,
-                           image_size=16)
+        vit_data.from_tfds(
+            "cifar10", "train", data_dir=str(tmp_path), download=False, image_size=16
+        )
 
 
 def test_augmentations_change_images_and_mix_labels():
@@ -194,7 +215,9 @@ def test_augmentations_change_images_and_mix_labels():
 def test_random_resized_crops_cover_the_scale_and_aspect_ranges():
     from keras_vit.data.pipelines import _random_crop_boxes
 
-    boxes = _random_crop_boxes(20_000, 28, 28, (0.08, 1.0), (3 / 4, 4 / 3), tf.constant([1, 2], tf.int64)).numpy()
+    boxes = _random_crop_boxes(
+        20_000, 28, 28, (0.08, 1.0), (3 / 4, 4 / 3), tf.constant([1, 2], tf.int64)
+    ).numpy()
     height, width = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
     assert boxes.min() >= 0.0 and boxes.max() <= 1.0 + 1e-6
     area = height * width
@@ -241,9 +264,11 @@ def test_decoding_bytes_for_serving_matches_the_evaluation_pipeline(tmp_path, ch
     )
     batch = next(iter(evaluation.data))[0].numpy()
     paths = list_image_folder(str(tmp_path))[0]
-    decoded = np.stack([
-        decode_for_eval(tf.io.read_file(path), 12, channels, crop_fraction=0.875)
-        for path in paths
-    ])
+    decoded = np.stack(
+        [
+            decode_for_eval(tf.io.read_file(path), 12, channels, crop_fraction=0.875)
+            for path in paths
+        ]
+    )
     assert decoded.shape == (3, 12, 12, channels)
     np.testing.assert_allclose(decoded, batch, atol=1e-4)

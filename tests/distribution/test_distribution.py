@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.distribution import Distributed, SHARDED_LAYOUTS, device_mesh, distribute, layout_map
+from keras_vit.distribution import SHARDED_LAYOUTS, Distributed, device_mesh, distribute, layout_map
 from tests.conftest import BACKEND, TINY, last_json_line, own_jax_compilations, run_python
 
 # One fit step on 16 images, on one device and on each given engine, both
@@ -84,7 +84,7 @@ print(json.dumps(result))
 
 
 def one_step(backend, devices, kinds):
-    """ONE_STEP's result in a fresh interpreter (the device count is fixed when a backend starts)."""
+    """ONE_STEP's result in a fresh interpreter (a backend fixes its device count as it starts)."""
     architecture = {**TINY, "input_shape": (None, None, 3), "base_image_size": 8}
     code = ONE_STEP.format(devices=devices, architecture=architecture, kinds=kinds)
     return last_json_line(run_python(code, backend=backend))
@@ -269,15 +269,39 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(backend, tmp_pa
     workers = []
     for index in range(2):
         # Workers compile at the same time: a compilation cache each.
-        env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-                   **worker_environment(backend, addresses, index),
-                   **own_jax_compilations(tmp_path / f"jax_compilations_{index}"))
-        workers.append(subprocess.Popen(
-            [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", data,
-             "--image-size", "16", "--epochs", "2", "--batch-size", "16",
-             "--output-dir", out, "--distribute", "data"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        ))
+        env = dict(
+            os.environ,
+            KERAS_BACKEND=backend,
+            TF_CPP_MIN_LOG_LEVEL="3",
+            **worker_environment(backend, addresses, index),
+            **own_jax_compilations(tmp_path / f"jax_compilations_{index}"),
+        )
+        workers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "keras_vit.cli",
+                    "train",
+                    "--dataset",
+                    data,
+                    "--image-size",
+                    "16",
+                    "--epochs",
+                    "2",
+                    "--batch-size",
+                    "16",
+                    "--output-dir",
+                    out,
+                    "--distribute",
+                    "data",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     try:
         logs = [w.communicate(timeout=400)[0] for w in workers]
     finally:
@@ -303,11 +327,32 @@ def test_train_command_runs_model_parallel_on_simulated_devices(tmp_path):
     data = write_dataset(tmp_path / "data", per_class=16)
     out = str(tmp_path / "run")
     result = subprocess.run(
-        [sys.executable, "-m", "keras_vit.cli", "train", "--dataset", data,
-         "--image-size", "16", "--epochs", "1", "--batch-size", "8", "--output-dir", out,
-         "--distribute", "model", "--model-parallel", "2", "--cpu-devices", "4"],
+        [
+            sys.executable,
+            "-m",
+            "keras_vit.cli",
+            "train",
+            "--dataset",
+            data,
+            "--image-size",
+            "16",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--output-dir",
+            out,
+            "--distribute",
+            "model",
+            "--model-parallel",
+            "2",
+            "--cpu-devices",
+            "4",
+        ],
         env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "model parallel, 2 replicas (ModelParallel)" in result.stdout

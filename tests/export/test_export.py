@@ -4,7 +4,6 @@ import json
 import os
 import re
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,16 +11,30 @@ import tensorflow as tf
 import keras_vit
 from keras_vit.data.fashion_mnist import CLASS_NAMES, load_fashion_mnist
 from keras_vit.export import tf_only
-from tests.conftest import (BACKEND, TINY, artifact_maker, randomize_weights, run_python,
-                            shared_artifact)
+from tests.conftest import (
+    BACKEND,
+    TINY,
+    artifact_maker,
+    randomize_weights,
+    run_python,
+    shared_artifact,
+)
 
 # Exports of a model trained on Fashion-MNIST, checked in their runtimes.
 pytestmark = pytest.mark.slow
 
 # Quantisation agreement only means something for a model with real decision
 # margins: this one reaches about 82% on Fashion-MNIST in its short training.
-SMALL = dict(patch_size=4, hidden_dim=64, num_layers=3, num_heads=4, mlp_dim=128,
-             input_shape=(28, 28, 1), classes=10, classifier_activation=None)
+SMALL = dict(
+    patch_size=4,
+    hidden_dim=64,
+    num_layers=3,
+    num_heads=4,
+    mlp_dim=128,
+    input_shape=(28, 28, 1),
+    classes=10,
+    classifier_activation=None,
+)
 
 
 def fashion_training_images():
@@ -50,8 +63,11 @@ model.save_weights({path!r})
 
 @artifact_maker("export_small_vit", __file__)
 def train_small(out):
-    run_python(TRAIN_SMALL.format(path=os.path.join(out, "model.weights.h5")),
-               backend="tensorflow", timeout=900)
+    run_python(
+        TRAIN_SMALL.format(path=os.path.join(out, "model.weights.h5")),
+        backend="tensorflow",
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +98,9 @@ def test_saved_model_serves_floats_and_bytes_from_a_tensorflow_only_process(
     trained, fashion, tmp_path
 ):
     _, _, test_images = fashion
-    path = keras_vit.export.saved_model(trained, tmp_path / "serving" / "vit",
-                                        class_names=CLASS_NAMES, top_k=3)
+    path = keras_vit.export.saved_model(
+        trained, tmp_path / "serving" / "vit", class_names=CLASS_NAMES, top_k=3
+    )
     assert path == str(tmp_path / "serving" / "vit" / "1")
     assert os.path.isfile(os.path.join(path, "saved_model.pb"))
     report = keras_vit.export.check_saved_model(
@@ -107,8 +124,9 @@ def test_predict_requests_round_trip_and_bad_bytes_are_refused(trained, fashion,
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
     _, _, test_images = fashion
-    path = keras_vit.export.saved_model(trained, tmp_path / "vit", version=7,
-                                        class_names=CLASS_NAMES)
+    path = keras_vit.export.saved_model(
+        trained, tmp_path / "vit", version=7, class_names=CLASS_NAMES
+    )
     loaded = tf.saved_model.load(path)
     request = predict_pb2.PredictRequest()
     request.model_spec.signature_name = "serving_bytes"
@@ -127,9 +145,16 @@ def test_predict_requests_round_trip_and_bad_bytes_are_refused(trained, fashion,
     request.inputs["image_bytes"].CopyFrom(tf.make_tensor_proto([b"\x89PNG not really"]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="image"):
         tf_only.predict(loaded, request)
-    assert tf_only.predict(loaded, predict_pb2.PredictRequest(inputs={
-        "images": tf.make_tensor_proto(test_images[:2])
-    })).outputs["top_k_classes"].tensor_shape.dim[0].size == 2
+    assert (
+        tf_only.predict(
+            loaded,
+            predict_pb2.PredictRequest(inputs={"images": tf.make_tensor_proto(test_images[:2])}),
+        )
+        .outputs["top_k_classes"]
+        .tensor_shape.dim[0]
+        .size
+        == 2
+    )
 
     # TF Serving's warm-up log replays against the export.
     warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
@@ -172,7 +197,9 @@ def test_an_existing_version_is_never_overwritten_by_accident(trained, tmp_path)
         (dict(crop_fraction=1.5), ValueError, "crop_fraction=1.5"),
     ],
 )
-def test_saved_model_rejects_bad_arguments_before_any_work(trained, tmp_path, arguments, error, message):
+def test_saved_model_rejects_bad_arguments_before_any_work(
+    trained, tmp_path, arguments, error, message
+):
     with pytest.raises(error, match=message):
         keras_vit.export.saved_model(trained, tmp_path / "vit", **arguments)
     assert not (tmp_path / "vit").exists()
@@ -194,12 +221,18 @@ def test_tflite_modes_run_in_litert_and_agree_with_keras(trained, fashion, tmp_p
         pytest.skip("converted in the same TensorFlow child as float32 and int8")
     train_images, _, test_images = fashion
     calibration = keras_vit.data.from_arrays(
-        train_images[:512, ..., 0].astype("uint8"), np.zeros(512, int), image_size=28,
-        channels=1, batch_size=64,
+        train_images[:512, ..., 0].astype("uint8"),
+        np.zeros(512, int),
+        image_size=28,
+        channels=1,
+        batch_size=64,
     ).data
     path = str(tmp_path / "vit.tflite")
     result = keras_vit.export.tflite(
-        trained, path, quantization=quantization, representative_data=calibration,
+        trained,
+        path,
+        quantization=quantization,
+        representative_data=calibration,
         class_names=CLASS_NAMES,
     )
     assert not any(op.startswith("Flex") for op in result["op_counts"]), result
@@ -230,28 +263,37 @@ def test_tflite_rejects_bad_arguments(trained, tmp_path):
         keras_vit.export.tflite(trained, path)
     assert path.read_bytes() == b"earlier"
     with pytest.raises(ValueError, match=r"images must be \(28, 28, 1\)"):
-        keras_vit.export.tflite(trained, tmp_path / "q.tflite", quantization="int8",
-                                representative_data=np.zeros((4, 16, 16, 3)))
+        keras_vit.export.tflite(
+            trained,
+            tmp_path / "q.tflite",
+            quantization="int8",
+            representative_data=np.zeros((4, 16, 16, 3)),
+        )
 
 
 @pytest.fixture(scope="module")
 def any_size(trained):
     """The trained model rebuilt for images of any size (its table laid out for 28x28)."""
-    model = keras_vit.VisionTransformer(**{**SMALL, "input_shape": (None, None, 1)},
-                                        base_image_size=28, name="fashion_vit_any_size")
+    model = keras_vit.VisionTransformer(
+        **{**SMALL, "input_shape": (None, None, 1)}, base_image_size=28, name="fashion_vit_any_size"
+    )
     model.set_weights(trained.get_weights())
     return model
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="a model of any size takes the JAX suite's "
-                    "path: rebuilt on TensorFlow for every format, as torch's models are")
+@pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="a model of any size takes the JAX suite's "
+    "path: rebuilt on TensorFlow for every format, as torch's models are",
+)
 def test_a_model_of_any_size_serves_every_size_and_converts_at_a_named_one(
     any_size, fashion, tmp_path
 ):
     _, _, test_images = fashion
     path = keras_vit.export.saved_model(any_size, tmp_path / "vit", warmup=True)
     report = keras_vit.export.check_saved_model(
-        path, any_size, test_images[:50], encoded_images(test_images))
+        path, any_size, test_images[:50], encoded_images(test_images)
+    )
     assert report["errors"] == {}, report
     for signature in ("serving_default", "serving_bytes"):
         assert report[signature]["max_abs_error"] < 1e-5, report
@@ -270,8 +312,9 @@ def test_a_model_of_any_size_serves_every_size_and_converts_at_a_named_one(
     with pytest.raises(ValueError, match=r"name the size.*image_size=\(224, 224\)"):
         keras_vit.export.tflite(any_size, tmp_path / "vit.tflite")
     keras_vit.export.tflite(any_size, tmp_path / "vit.tflite", image_size=(56, 40))
-    report = keras_vit.export.check_tflite(tmp_path / "vit.tflite", any_size, larger,
-                                           latency_runs=2)
+    report = keras_vit.export.check_tflite(
+        tmp_path / "vit.tflite", any_size, larger, latency_runs=2
+    )
     assert report["max_abs_error"] <= 1e-4, report
     assert json.load(open(tmp_path / "vit.json"))["image_size"] == [56, 40]
 
@@ -321,15 +364,19 @@ def test_onnx_of_vit_ti16_agrees_with_keras(tmp_path):
     assert report["max_abs_error"] <= 1e-4 and report["top1_agreement"] == 1.0, report
 
 
-@pytest.mark.skipif(BACKEND != "tensorflow", reason="the graph is written on TensorFlow; "
-                    "JAX and torch models reach it through a TensorFlow child (tested above)")
+@pytest.mark.skipif(
+    BACKEND != "tensorflow",
+    reason="the graph is written on TensorFlow; "
+    "JAX and torch models reach it through a TensorFlow child (tested above)",
+)
 def test_onnx_of_an_exact_gelu_model_loads_in_onnx_runtime_and_agrees_with_keras(tmp_path):
     # Every pretrained checkpoint (Hugging Face, timm, DINOv2) uses exact GELU.
     import onnx as onnx_format
 
     architecture = dict(TINY, layer_scale_init=0.1, classifier_activation=None)
-    model = randomize_weights(keras_vit.VisionTransformer(**architecture, approximate_gelu=False),
-                              scale=1.0)
+    model = randomize_weights(
+        keras_vit.VisionTransformer(**architecture, approximate_gelu=False), scale=1.0
+    )
     path = tmp_path / "exact.onnx"
     keras_vit.export.onnx(model, path)
     ops_written = {node.op_type for node in onnx_format.load(path).graph.node}
@@ -344,8 +391,11 @@ def test_onnx_of_an_exact_gelu_model_loads_in_onnx_runtime_and_agrees_with_keras
     assert difference > 1e-4, difference
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="the command is the same on every backend; "
-                    "torch's exports (rebuilt on TensorFlow) are the tests above")
+@pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="the command is the same on every backend; "
+    "torch's exports (rebuilt on TensorFlow) are the tests above",
+)
 def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion, tmp_path, capsys):
     from keras_vit.cli import main
 
@@ -361,8 +411,12 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     assert f"exported saved_model to {run / 'serving' / 'fashion_vit' / '1'}" in printed
     assert "serving_bytes: max abs error" in printed and "top-1 agreement 100.00%" in printed
 
-    assert main(["export", model, "--format", "tflite", "--quantize", "dynamic",
-                 "--check-images", "32"]) == 0
+    assert (
+        main(
+            ["export", model, "--format", "tflite", "--quantize", "dynamic", "--check-images", "32"]
+        )
+        == 0
+    )
     printed, warned = capsys.readouterr()
     assert f"exported tflite to {run / 'model_dynamic.tflite'}" in printed
     assert re.search(r"LiteRT: [0-9.]+ MB, max abs error .* ms/image", printed)
@@ -378,8 +432,9 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     assert main(["export", model, "--format", "onnx", "--check-images", "32"]) == 0
     printed = capsys.readouterr().out
     assert f"exported onnx to {run / 'model.onnx'}" in printed
-    assert re.search(r"ONNX Runtime: [0-9.]+ MB, max abs error .* top-1 agreement 100.00%",
-                     printed), printed
+    assert re.search(
+        r"ONNX Runtime: [0-9.]+ MB, max abs error .* top-1 agreement 100.00%", printed
+    ), printed
 
     for arguments, message in (
         (["--quantize", "int8"], "--quantize applies to --format tflite only"),
@@ -410,33 +465,54 @@ def test_an_export_that_loses_the_models_answers_is_kept_and_flagged(tmp_path, c
     model.save(tmp_path / "run" / "model.keras")
     data = write_dataset(tmp_path / "data", per_class=8)
 
-    assert main(["export", str(tmp_path / "run" / "model.keras"), "--format", "tflite",
-                 "--quantize", "int8", "--dataset", data, "--calibration-images", "16",
-                 "--check-images", "16"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(tmp_path / "run" / "model.keras"),
+                "--format",
+                "tflite",
+                "--quantize",
+                "int8",
+                "--dataset",
+                data,
+                "--calibration-images",
+                "16",
+                "--check-images",
+                "16",
+            ]
+        )
+        == 0
+    )
     printed, warned = capsys.readouterr()
     agreement = float(re.search(r"top-1 agreement ([0-9.]+)%", printed)[1])
     assert agreement < 99, printed
     path = tmp_path / "run" / "model_int8.tflite"
     assert warned.strip() == (
         f"keras-vit export: warning: {path} gives the Keras model's top-1 class for "
-        f"{agreement:.2f}% of 16 images, below 99%: measure its accuracy before shipping it")
+        f"{agreement:.2f}% of 16 images, below 99%: measure its accuracy before shipping it"
+    )
     assert path.is_file()  # kept: the user's to judge
 
 
 def test_patch_dropout_leaves_the_exported_graph_unchanged(tmp_path):
     if BACKEND != "tensorflow":
-        pytest.skip("off TensorFlow both models are rebuilt on TensorFlow: the TensorFlow "
-                    "suite's graphs")
+        pytest.skip(
+            "off TensorFlow both models are rebuilt on TensorFlow: the TensorFlow suite's graphs"
+        )
     # Training drops tokens; inference, and so every export, sees them all:
     # the same ops as the model without the layer, and the same outputs.
     tiny = dict(SMALL, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32, seed=0)
     model = keras_vit.VisionTransformer(**tiny, patch_dropout_rate=0.5)
     plain = keras_vit.VisionTransformer(**tiny)
     plain.set_weights(model.get_weights())
-    counts = [keras_vit.export.tflite(m, str(tmp_path / f"{m.name}_{i}.tflite"))["op_counts"]
-              for i, m in enumerate((model, plain))]
+    counts = [
+        keras_vit.export.tflite(m, str(tmp_path / f"{m.name}_{i}.tflite"))["op_counts"]
+        for i, m in enumerate((model, plain))
+    ]
     assert counts[0] == counts[1], counts
     images = np.random.default_rng(0).uniform(0, 255, (8, 28, 28, 1)).astype("float32")
-    report = keras_vit.export.check_tflite(str(tmp_path / f"{model.name}_0.tflite"), model,
-                                           images, latency_runs=1)
+    report = keras_vit.export.check_tflite(
+        str(tmp_path / f"{model.name}_0.tflite"), model, images, latency_runs=1
+    )
     assert report["max_abs_error"] <= 1e-4, report

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_one_child_serves_every_export_of_a_process_and_outlives_their_errors(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     model = keras_vit.VisionTransformer(**TINY)
     monkeypatch.chdir(tmp_path)
 

@@ -13,13 +13,25 @@ from tests.reference import timm_attention_pool
 def timm_pool_tensors(dim, heads, mlp, seed=0):
     """Random tensors named and shaped as timm's `attn_pool.*`."""
     rng = np.random.default_rng(seed)
-    shapes = {"latent": (1, 1, dim), "q.weight": (dim, dim), "q.bias": (dim,),
-              "kv.weight": (2 * dim, dim), "kv.bias": (2 * dim,), "proj.weight": (dim, dim),
-              "proj.bias": (dim,), "norm.weight": (dim,), "norm.bias": (dim,),
-              "mlp.fc1.weight": (mlp, dim), "mlp.fc1.bias": (mlp,),
-              "mlp.fc2.weight": (dim, mlp), "mlp.fc2.bias": (dim,)}
-    return {"attn_pool." + name: rng.normal(0, 0.3, shape).astype("float32")
-            for name, shape in shapes.items()}
+    shapes = {
+        "latent": (1, 1, dim),
+        "q.weight": (dim, dim),
+        "q.bias": (dim,),
+        "kv.weight": (2 * dim, dim),
+        "kv.bias": (2 * dim,),
+        "proj.weight": (dim, dim),
+        "proj.bias": (dim,),
+        "norm.weight": (dim,),
+        "norm.bias": (dim,),
+        "mlp.fc1.weight": (mlp, dim),
+        "mlp.fc1.bias": (mlp,),
+        "mlp.fc2.weight": (dim, mlp),
+        "mlp.fc2.bias": (dim,),
+    }
+    return {
+        "attn_pool." + name: rng.normal(0, 0.3, shape).astype("float32")
+        for name, shape in shapes.items()
+    }
 
 
 class AttentionPoolingTest(testing.TestCase):
@@ -40,9 +52,11 @@ class AttentionPoolingTest(testing.TestCase):
         for weight in layer.weights:
             weight.assign(canonical["map_head/" + weight.path.split("/", 1)[1]])
         tokens = np.random.default_rng(1).normal(size=(3, 7, 16)).astype("float32")
-        expected = timm_attention_pool(tokens[:, 1:].astype("float64"),
-                                       {k: v.astype("float64") for k, v in tensors.items()},
-                                       heads=4)
+        expected = timm_attention_pool(
+            tokens[:, 1:].astype("float64"),
+            {k: v.astype("float64") for k, v in tensors.items()},
+            heads=4,
+        )
         self.assertAllClose(ops.convert_to_numpy(layer(tokens)), expected, atol=1e-5)
 
     def test_bad_arguments_name_the_value(self):

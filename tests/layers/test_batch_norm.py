@@ -27,8 +27,9 @@ def reference_batch_norm(x, gamma, beta, epsilon=EPSILON):
 
 def keras_batch_norm(x, gamma, beta):
     mean, variance = ops.moments(x, tuple(range(len(x.shape) - 1)))
-    return ops.batch_normalization(x, mean, variance, axis=-1, offset=beta, scale=gamma,
-                                   epsilon=EPSILON)
+    return ops.batch_normalization(
+        x, mean, variance, axis=-1, offset=beta, scale=gamma, epsilon=EPSILON
+    )
 
 
 def ours(x, gamma, beta):
@@ -40,8 +41,9 @@ def test_values_statistics_and_gradients_match_keras(shape):
     x, upstream = X.reshape(shape), UPSTREAM.reshape(shape)
     outputs, mean, variance = (ops.convert_to_numpy(t) for t in batch_norm(x, GAMMA, BETA, EPSILON))
     expected = reference_batch_norm(x.astype("float64"), GAMMA, BETA)
-    for name, value, reference in zip(("outputs", "mean", "variance"), (outputs, mean, variance),
-                                      expected):
+    for name, value, reference in zip(
+        ("outputs", "mean", "variance"), (outputs, mean, variance), expected
+    ):
         np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-5, err_msg=name)
 
     computed = gradients(ours, [x, GAMMA, BETA], upstream)
@@ -76,8 +78,9 @@ def training_step(layer, x, upstream):
     def outputs(x, gamma, beta):
         return layer.stateless_call([gamma, beta], moving, x, training=True)[0]
 
-    _, updated = layer.stateless_call([layer.gamma.value, layer.beta.value], moving, x,
-                                      training=True)
+    _, updated = layer.stateless_call(
+        [layer.gamma.value, layer.beta.value], moving, x, training=True
+    )
     weights = [ops.convert_to_numpy(layer.gamma), ops.convert_to_numpy(layer.beta)]
     return (
         ops.convert_to_numpy(outputs(x, *weights)),
@@ -99,16 +102,24 @@ class BatchNormalizationTest(testing.TestCase):
         )
 
     def test_registered_under_the_package(self):
-        assert keras.saving.get_registered_name(BatchNormalization) == "keras_vit>BatchNormalization"
+        assert (
+            keras.saving.get_registered_name(BatchNormalization) == "keras_vit>BatchNormalization"
+        )
 
     def test_same_weights_values_gradients_and_moving_statistics_as_keras_layer(self):
-        ours, theirs = BatchNormalization(momentum=0.9), keras.layers.BatchNormalization(momentum=0.9)
+        ours, theirs = (
+            BatchNormalization(momentum=0.9),
+            keras.layers.BatchNormalization(momentum=0.9),
+        )
         for layer in (ours, theirs):
             layer.build(X.shape)
-            layer.set_weights([GAMMA, BETA, np.full(6, 0.5, "float32"),
-                               np.full(6, 2.0, "float32")])
+            layer.set_weights([GAMMA, BETA, np.full(6, 0.5, "float32"), np.full(6, 2.0, "float32")])
         assert [w.path.split("/")[-1] for w in ours.weights] == [
-            "gamma", "beta", "moving_mean", "moving_variance"]
+            "gamma",
+            "beta",
+            "moving_mean",
+            "moving_variance",
+        ]
         our_step, their_step = training_step(ours, X, UPSTREAM), training_step(theirs, X, UPSTREAM)
         self.assertAllClose(our_step[0], their_step[0], atol=2e-5)
         for name, a, b in zip(("x", "gamma", "beta"), our_step[1], their_step[1]):
@@ -127,8 +138,9 @@ class BatchNormalizationTest(testing.TestCase):
             weights = [np.abs(RNG.normal(size=w.shape)).astype("float32") for w in theirs.weights]
             ours.set_weights(weights)
             theirs.set_weights(weights)
-            self.assertAllClose(ours(x, training=True), theirs(x, training=True), atol=2e-5,
-                                msg=str(kwargs))
+            self.assertAllClose(
+                ours(x, training=True), theirs(x, training=True), atol=2e-5, msg=str(kwargs)
+            )
             self.assertAllClose(ours.moving_mean, theirs.moving_mean, atol=1e-6, msg=str(kwargs))
 
     def test_mixed_precision_computes_in_float32(self):
@@ -140,8 +152,9 @@ class BatchNormalizationTest(testing.TestCase):
         assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"
         inputs = ops.convert_to_numpy(ops.cast(x, "float32")).astype("float64")
         expected = reference_batch_norm(inputs, 1.0, 0.0)[0]
-        np.testing.assert_allclose(ops.convert_to_numpy(ops.cast(outputs, "float32")), expected,
-                                   atol=0.05)
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(ops.cast(outputs, "float32")), expected, atol=0.05
+        )
 
 
 def test_conv_stem_normalises_with_it():
@@ -158,9 +171,12 @@ def test_layer_trains_on_the_closed_form_on_jax():
 
     def kept_by(layer):
         def call(x):
-            return layer.stateless_call(layer.trainable_variables,
-                                        [v.value for v in layer.non_trainable_variables], x,
-                                        training=True)[0]
+            return layer.stateless_call(
+                layer.trainable_variables,
+                [v.value for v in layer.non_trainable_variables],
+                x,
+                training=True,
+            )[0]
 
         _, backward = jax.vjp(call, jax.numpy.asarray(X))
         return [leaf for leaf in jax.tree_util.tree_leaves(backward) if np.shape(leaf) == X.shape]

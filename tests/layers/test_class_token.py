@@ -1,8 +1,7 @@
 import numpy as np
+import pytest
 from keras import ops
 from keras.src import testing
-
-import pytest
 
 from keras_vit.layers import ClassToken, RegisterTokens
 

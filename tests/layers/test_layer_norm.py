@@ -62,10 +62,15 @@ class LayerNormalizationTest(testing.TestCase):
         )
 
     def test_registered_under_the_package(self):
-        assert keras.saving.get_registered_name(LayerNormalization) == "keras_vit>LayerNormalization"
+        assert (
+            keras.saving.get_registered_name(LayerNormalization) == "keras_vit>LayerNormalization"
+        )
 
     def test_same_weights_and_values_as_keras_layer(self):
-        ours, theirs = LayerNormalization(epsilon=1e-6), keras.layers.LayerNormalization(epsilon=1e-6)
+        ours, theirs = (
+            LayerNormalization(epsilon=1e-6),
+            keras.layers.LayerNormalization(epsilon=1e-6),
+        )
         for layer in (ours, theirs):
             layer.build(X.shape)
             layer.set_weights([GAMMA, BETA])
@@ -137,18 +142,18 @@ def test_bfloat16_input_is_kept_in_bfloat16():
     # The layer under mixed precision hands it the bf16 input, not a float32 copy.
     layer = LayerNormalization(epsilon=1e-6, dtype="mixed_bfloat16")
     layer.build(X.shape)
-    _, backward = jax.vjp(
-        lambda x: layer.stateless_call(layer.trainable_variables, [], x)[0], x
-    )
+    _, backward = jax.vjp(lambda x: layer.stateless_call(layer.trainable_variables, [], x)[0], x)
     kept = [leaf for leaf in jax.tree_util.tree_leaves(backward) if leaf.shape == X.shape]
     assert [leaf.dtype for leaf in kept] == [jnp.bfloat16]
     wide = lambda x, g, b: keras_layer_norm(ops.cast(x, "float32"), g, b)  # noqa: E731
     upstream = jnp.asarray(UPSTREAM, dtype="bfloat16")
-    for ours, expected in zip(gradients(lambda x, g, b: layer_norm(x, g, b, 1e-6),
-                                        [x, GAMMA, BETA], upstream),
-                              gradients(wide, [x, GAMMA, BETA], upstream)):
-        np.testing.assert_allclose(np.asarray(ours, "float32"), np.asarray(expected, "float32"),
-                                   rtol=2e-2, atol=2e-2)
+    for ours, expected in zip(
+        gradients(lambda x, g, b: layer_norm(x, g, b, 1e-6), [x, GAMMA, BETA], upstream),
+        gradients(wide, [x, GAMMA, BETA], upstream),
+    ):
+        np.testing.assert_allclose(
+            np.asarray(ours, "float32"), np.asarray(expected, "float32"), rtol=2e-2, atol=2e-2
+        )
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="reads JAX's saved residuals")

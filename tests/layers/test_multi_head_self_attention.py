@@ -30,7 +30,10 @@ class MultiHeadSelfAttentionTest(testing.TestCase):
         outputs, scores = layer(x, return_attention_scores=True)
         w = reference.weights_by_path(layer)
         expected, probs = reference.self_attention(
-            x.astype("float64"), w["qkv_kernel"], w["qkv_bias"], w["out_kernel"],
+            x.astype("float64"),
+            w["qkv_kernel"],
+            w["qkv_bias"],
+            w["out_kernel"],
             w["out_bias"],
         )
         self.assertAllClose(ops.convert_to_numpy(outputs), expected, atol=1e-5)
@@ -43,8 +46,9 @@ class MultiHeadSelfAttentionTest(testing.TestCase):
         x = random_tokens()
         # Forced on every backend: the fused op is used only where it is a
         # real kernel (PyTorch, JAX on a GPU).
-        with mock.patch.object(attention_module, "fused_attention_kernel_available",
-                               return_value=True):
+        with mock.patch.object(
+            attention_module, "fused_attention_kernel_available", return_value=True
+        ):
             fused = layer(x)
         explicit, _ = layer(x, return_attention_scores=True)
         self.assertAllClose(fused, explicit, atol=1e-5)
@@ -85,8 +89,12 @@ def _jax_implementations():
     if keras.backend.backend() != "jax":
         return []
     on_cuda = fused_attention_module._jax_on_cuda()
-    return ["xla", pytest.param("cudnn", marks=pytest.mark.skipif(
-        not on_cuda, reason="cuDNN's kernel needs a CUDA GPU"))]
+    return [
+        "xla",
+        pytest.param(
+            "cudnn", marks=pytest.mark.skipif(not on_cuda, reason="cuDNN's kernel needs a CUDA GPU")
+        ),
+    ]
 
 
 @pytest.mark.parametrize("implementation", _jax_implementations())
@@ -106,18 +114,24 @@ def test_padded_attention_has_the_values_and_gradients_of_unpadded(implementatio
         return lambda q, k, v: jnp.sum((attention(q, k, v) * upstream).astype("float32"))
 
     padded = lambda q, k, v: fused_attention_module.padded_dot_product_attention(  # noqa: E731
-        q, k, v, 8, implementation=implementation)
+        q, k, v, 8, implementation=implementation
+    )
     unpadded = lambda q, k, v: jax.nn.dot_product_attention(  # noqa: E731
-        *(t.astype("float32") for t in (q, k, v)))
+        *(t.astype("float32") for t in (q, k, v))
+    )
     tolerance = 1e-5 if dtype == "float32" else 3e-2
     # Compiled, as a training step runs it (op by op, each op compiles alone).
-    np.testing.assert_allclose(np.asarray(jax.jit(padded)(q, k, v), "float32"),
-                               np.asarray(jax.jit(unpadded)(q, k, v)), atol=tolerance)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(padded)(q, k, v), "float32"),
+        np.asarray(jax.jit(unpadded)(q, k, v)),
+        atol=tolerance,
+    )
     ours = jax.jit(jax.grad(loss(padded), argnums=(0, 1, 2)))(q, k, v)
     expected = jax.jit(jax.grad(loss(unpadded), argnums=(0, 1, 2)))(q, k, v)
     for name, a, b in zip("qkv", ours, expected):
-        np.testing.assert_allclose(np.asarray(a, "float32"), np.asarray(b, "float32"),
-                                   atol=tolerance * 4, err_msg=name)
+        np.testing.assert_allclose(
+            np.asarray(a, "float32"), np.asarray(b, "float32"), atol=tolerance * 4, err_msg=name
+        )
 
 
 @pytest.mark.skipif(
@@ -140,8 +154,9 @@ def test_bfloat16_training_on_the_fused_kernel_with_an_odd_token_count():
     compiled = jax.jit(jax.grad(loss)).lower(weights, x).compile()
     assert "__cudnn$fmha" in compiled.as_text()
     fused = compiled(weights, x)
-    with mock.patch.object(attention_module, "fused_attention_kernel_available",
-                           return_value=False):
+    with mock.patch.object(
+        attention_module, "fused_attention_kernel_available", return_value=False
+    ):
         explicit = jax.grad(loss)(weights, x)
     for a, b in zip(fused, explicit):
         a, b = np.asarray(a, "float32"), np.asarray(b, "float32")

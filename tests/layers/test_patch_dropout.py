@@ -59,8 +59,17 @@ class PatchDropoutTest(testing.TestCase):
             PatchDropout(0.5, num_prefix_tokens=-1)
 
 
-TINY = dict(patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32,
-            input_shape=(16, 16, 1), classes=3, classifier_activation=None, seed=0)
+TINY = dict(
+    patch_size=4,
+    hidden_dim=16,
+    num_layers=1,
+    num_heads=2,
+    mlp_dim=32,
+    input_shape=(16, 16, 1),
+    classes=3,
+    classifier_activation=None,
+    seed=0,
+)
 
 
 def test_a_vit_with_patch_dropout_trains_on_fewer_tokens_and_predicts_on_all():
@@ -102,6 +111,7 @@ def test_vit_refuses_a_bad_patch_dropout_rate(rate):
 def test_vit_refuses_patch_dropout_at_run_time_resolution():
     with pytest.raises(ValueError, match="fixed input size"):
         keras_vit.VisionTransformer(
-            **{**TINY, "input_shape": (None, None, 1)}, base_image_size=16,
+            **{**TINY, "input_shape": (None, None, 1)},
+            base_image_size=16,
             patch_dropout_rate=0.5,
         )

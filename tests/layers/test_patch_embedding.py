@@ -46,11 +46,14 @@ class PatchEmbeddingTest(testing.TestCase):
         flat = PatchEmbedding.from_config({**layer.get_config(), "flatten": True})
         flat.build((None, 8, 20, 1))
         flat.set_weights(layer.get_weights())
-        self.assertAllClose(grid.reshape(2, 10, 8),
-                            ops.convert_to_numpy(flat(np.ones((2, 8, 20, 1), "float32"))))
+        self.assertAllClose(
+            grid.reshape(2, 10, 8), ops.convert_to_numpy(flat(np.ones((2, 8, 20, 1), "float32")))
+        )
 
-    @pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                        reason="only TensorFlow traces graphs with unknown image sides")
+    @pytest.mark.skipif(
+        keras.backend.backend() != "tensorflow",
+        reason="only TensorFlow traces graphs with unknown image sides",
+    )
     def test_unknown_sides_are_checked_when_the_images_arrive(self):
         import tensorflow as tf
 
@@ -58,8 +61,10 @@ class PatchEmbeddingTest(testing.TestCase):
         layer.build((None, None, None, 3))
         call = tf.function(layer, input_signature=[tf.TensorSpec((None, None, None, 3))])
         self.assertEqual(tuple(call(tf.zeros((1, 8, 12, 3))).shape), (1, 6, 8))
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match=r"multiples of the patch size \(4, 4\).*\[9\] \[12\]"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=r"multiples of the patch size \(4, 4\).*\[9\] \[12\]",
+        ):
             call(tf.zeros((1, 9, 12, 3)))
 
     def test_bad_arguments(self):

@@ -25,9 +25,7 @@ def mae_sincos_reference(embed_dim, grid_size):
     grid_h = np.arange(grid_size, dtype=np.float32)
     grid_w = np.arange(grid_size, dtype=np.float32)
     grid = np.stack(np.meshgrid(grid_w, grid_h), axis=0)
-    emb = np.concatenate(
-        [one_d(embed_dim // 2, grid[0]), one_d(embed_dim // 2, grid[1])], axis=1
-    )
+    emb = np.concatenate([one_d(embed_dim // 2, grid[0]), one_d(embed_dim // 2, grid[1])], axis=1)
     return np.concatenate([np.zeros([1, embed_dim]), emb], axis=0)
 
 
@@ -87,8 +85,7 @@ class RunTimeGridTest(testing.TestCase):
     def test_another_grid_adds_the_table_resampled_as_at_load_time(self):
         rng = np.random.default_rng(0)
         for method in ("bicubic", "bicubic_antialias", "bilinear"):
-            layer = PositionEmbedding(grid_size=(4, 5), num_prefix_tokens=2,
-                                      resample_method=method)
+            layer = PositionEmbedding(grid_size=(4, 5), num_prefix_tokens=2, resample_method=method)
             layer.build((None, 22, 6))
             layer.embeddings.assign(rng.normal(size=(1, 22, 6)).astype("float32"))
             table = ops.convert_to_numpy(layer.embeddings)
@@ -96,7 +93,8 @@ class RunTimeGridTest(testing.TestCase):
                 tokens = rng.normal(size=(3, 2 + grid[0] * grid[1], 6)).astype("float32")
                 out = layer(tokens, grid=np.zeros((3, *grid, 1), "float32"))
                 expected = tokens + resample_position_embeddings(
-                    table, grid, source_grid=(4, 5), num_prefix_tokens=2, method=method)
+                    table, grid, source_grid=(4, 5), num_prefix_tokens=2, method=method
+                )
                 self.assertAllClose(ops.convert_to_numpy(out), expected, atol=2e-6)
 
     def test_config_round_trip_keeps_the_method(self):
@@ -134,14 +132,15 @@ class ResampleTest(testing.TestCase):
         grid = self.table[0, 1:].reshape(4, 5, 6)
         expected = scipy.ndimage.zoom(grid, (8 / 4, 10 / 5, 1), order=1)
         out = resample_position_embeddings(
-            self.table, (8, 10), source_grid=(4, 5), method="bilinear",
+            self.table,
+            (8, 10),
+            source_grid=(4, 5),
+            method="bilinear",
             align_corners=True,
         )
         self.assertAllClose(out[0, 1:].reshape(8, 10, 6), expected, atol=1e-5)
 
-    @pytest.mark.skipif(
-        importlib.util.find_spec("torch") is None, reason="torch not installed"
-    )
+    @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
     def test_bicubic_matches_torch_interpolate(self):
         import torch
 

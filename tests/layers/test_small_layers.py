@@ -67,22 +67,14 @@ class TokenPoolingTest(testing.TestCase):
         x = np.random.default_rng(0).normal(size=(2, 5, 4)).astype("float32")
         self.assertAllClose(TokenPooling("token")(x), x[:, 0])
         self.assertAllClose(TokenPooling("gap")(x), x[:, 1:].mean(1), atol=1e-6)
-        self.assertAllClose(
-            TokenPooling("gap", num_prefix_tokens=0)(x), x.mean(1), atol=1e-6
-        )
+        self.assertAllClose(TokenPooling("gap", num_prefix_tokens=0)(x), x.mean(1), atol=1e-6)
 
     def test_token_index_and_token_gap(self):
         x = np.random.default_rng(0).normal(size=(2, 6, 4)).astype("float32")
-        self.assertAllClose(
-            TokenPooling("token", num_prefix_tokens=2, token_index=1)(x), x[:, 1]
-        )
+        self.assertAllClose(TokenPooling("token", num_prefix_tokens=2, token_index=1)(x), x[:, 1])
         pooled = TokenPooling("token_gap", num_prefix_tokens=3)(x)
-        self.assertAllClose(
-            pooled, np.concatenate([x[:, 0], x[:, 3:].mean(1)], -1), atol=1e-6
-        )
-        self.assertEqual(
-            TokenPooling("token_gap").compute_output_shape((None, 6, 4)), (None, 8)
-        )
+        self.assertAllClose(pooled, np.concatenate([x[:, 0], x[:, 3:].mean(1)], -1), atol=1e-6)
+        self.assertEqual(TokenPooling("token_gap").compute_output_shape((None, 6, 4)), (None, 8))
 
     def test_bad_mode(self):
         with pytest.raises(ValueError, match="mode='max'"):

@@ -28,8 +28,11 @@ class TransformerBlockTest(testing.TestCase):
         self.run_layer_test(
             TransformerBlock,
             init_kwargs={
-                "num_heads": 2, "mlp_dim": 16, "drop_path_rate": 0.2,
-                "layer_scale_init": 1e-5, "approximate_gelu": False,
+                "num_heads": 2,
+                "mlp_dim": 16,
+                "drop_path_rate": 0.2,
+                "layer_scale_init": 1e-5,
+                "approximate_gelu": False,
             },
             input_shape=(2, 5, 8),
             expected_output_shape=(2, 5, 8),
@@ -47,9 +50,7 @@ class TransformerBlockTest(testing.TestCase):
             )
             self.assertAllClose(ops.convert_to_numpy(block(x)), expected, atol=1e-4)
             # Without dropout, a training call differs only in its kernels.
-            self.assertAllClose(
-                ops.convert_to_numpy(block(x, training=True)), expected, atol=1e-4
-            )
+            self.assertAllClose(ops.convert_to_numpy(block(x, training=True)), expected, atol=1e-4)
 
     def test_layer_norm_epsilon_is_1e_6(self):
         block = TransformerBlock(num_heads=2, mlp_dim=8)

@@ -48,8 +48,9 @@ def test_values_and_gradients_are_the_same_with_the_fast_kernels_off():
         keras_vit.ops.enable_fast_kernels()
     np.testing.assert_allclose(fast[0], plain[0], rtol=1e-5, atol=1e-5)
     assert len(fast[1]) == len(model.trainable_variables) + 1
-    for weight, a, b in zip(["images"] + [v.path for v in model.trainable_variables],
-                            fast[1], plain[1]):
+    for weight, a, b in zip(
+        ["images"] + [v.path for v in model.trainable_variables], fast[1], plain[1]
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=weight)
 
 
@@ -58,10 +59,14 @@ def run_block_counting_kernels():
     block = TransformerBlock(num_heads=2, mlp_dim=32)
     block.build((2, 5, 16))
     upstream = np.ones((2, 5, 16), "float32")
-    with mock.patch.object(keras.ops, "custom_gradient", wraps=keras.ops.custom_gradient) \
-            as custom_gradient, \
-            mock.patch.object(attention_layer_module, "fused_attention",
-                              wraps=attention_layer_module.fused_attention) as fused:
+    with (
+        mock.patch.object(
+            keras.ops, "custom_gradient", wraps=keras.ops.custom_gradient
+        ) as custom_gradient,
+        mock.patch.object(
+            attention_layer_module, "fused_attention", wraps=attention_layer_module.fused_attention
+        ) as fused,
+    ):
         gradients(lambda x: block(x, training=True), [random_tokens()], upstream)
     return custom_gradient.call_count, fused.call_count
 

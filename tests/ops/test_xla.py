@@ -6,8 +6,8 @@ import pytest
 from keras import ops
 
 from keras_vit.layers import TransformerBlock
-from keras_vit.ops import xla as fusion
 from keras_vit.ops import compiled_on_tensorflow
+from keras_vit.ops import xla as fusion
 from tests.reference import random_tokens
 
 on_tensorflow = pytest.mark.skipif(
@@ -23,7 +23,8 @@ def scaled_difference(x, y, scale):
 def compiled_calls(graph):
     """Function calls in a TensorFlow graph that XLA must compile."""
     return [
-        op for op in graph.get_operations()
+        op
+        for op in graph.get_operations()
         if "PartitionedCall" in op.type and op.node_def.attr["_XlaMustCompile"].b
     ]
 

@@ -43,7 +43,9 @@ def test_keep_plan_keeps_a_quarter_and_restores_the_order():
     assert kept.shape == (500, 4) and (masked.sum(axis=1) == 12).all()
     for b in range(500):
         assert sorted(np.flatnonzero(masked[b] == 0)) == sorted(kept[b])
-        order = np.concatenate([kept[b], np.flatnonzero(masked[b])[np.argsort(restore[b][masked[b] == 1])]])
+        order = np.concatenate(
+            [kept[b], np.flatnonzero(masked[b])[np.argsort(restore[b][masked[b] == 1])]]
+        )
         np.testing.assert_array_equal(order[restore[b]], np.arange(16))
     np.testing.assert_allclose(masked.mean(axis=0), 0.75, atol=0.07)
 
@@ -59,7 +61,9 @@ def test_3_bit_mean_colours_of_known_patches():
     colours = [(0, 0, 0), (255, 255, 255), (0, 100, 255), (31.9, 32, 224), (128, 64, 96)]
     classes = masking.quantized_colors(tf.constant(_solid_patches(colours)), (4, 4)).numpy()
     # Levels floor(v / 32): (0,0,0) (7,7,7) (0,3,7) (0,1,7) (4,2,3), red most significant.
-    np.testing.assert_array_equal(classes, [[0, 511, 0 * 64 + 3 * 8 + 7, 0 + 8 + 7, 4 * 64 + 2 * 8 + 3]])
+    np.testing.assert_array_equal(
+        classes, [[0, 511, 0 * 64 + 3 * 8 + 7, 0 + 8 + 7, 4 * 64 + 2 * 8 + 3]]
+    )
     grey = masking.quantized_colors(tf.constant(_solid_patches([(130,), (255,)])), (4, 4)).numpy()
     np.testing.assert_array_equal(grey, [[4, 7]])
 
@@ -81,7 +85,7 @@ def test_colour_grid_targets_match_a_numpy_reference():
             for cell in range(4):
                 r, c = divmod(cell, 2)
                 y, x = 4 * row + 2 * r, 4 * col + 2 * c
-                levels = np.floor(images[b, y:y + 2, x:x + 2].mean(axis=(0, 1)) / 32)
+                levels = np.floor(images[b, y : y + 2, x : x + 2].mean(axis=(0, 1)) / 32)
                 assert cells[b, patch, cell] == int(levels @ [64, 8, 1])
 
 

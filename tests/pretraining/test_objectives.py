@@ -33,8 +33,13 @@ def image_batches(count=32, batch_size=16):
     blocks = rng.integers(0, 256, (count, 2, 2, 3))
     images = np.repeat(np.repeat(blocks, 8, axis=1), 8, axis=2).astype("uint8")
     return vit_data.from_arrays(
-        images, np.zeros(count, int), image_size=16, training=True, crop_scale=None,
-        flip=False, batch_size=batch_size,
+        images,
+        np.zeros(count, int),
+        image_size=16,
+        training=True,
+        crop_scale=None,
+        flip=False,
+        batch_size=batch_size,
     ).data
 
 
@@ -58,16 +63,21 @@ def test_the_mpp_loss_counts_corrupted_patches_only():
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     per_patch = -np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
     expected = (per_patch * weights).sum() / weights.sum()
-    loss = model.evaluate(inputs, targets, sample_weight=weights, verbose=0, return_dict=True)["loss"]
+    loss = model.evaluate(inputs, targets, sample_weight=weights, verbose=0, return_dict=True)[
+        "loss"
+    ]
     assert loss == pytest.approx(expected, rel=1e-5)
     # Other targets on the uncorrupted patches change nothing; on one corrupted patch they do.
     changed = np.where(weights == 0, (targets + 1) % 512, targets)
-    again = model.evaluate(inputs, changed, sample_weight=weights, verbose=0, return_dict=True)["loss"]
+    again = model.evaluate(inputs, changed, sample_weight=weights, verbose=0, return_dict=True)[
+        "loss"
+    ]
     assert again == pytest.approx(loss, rel=1e-6)
     b, i = np.argwhere(weights == 1)[0]
     changed[b, i] = (changed[b, i] + 1) % 512
-    assert model.evaluate(inputs, changed, sample_weight=weights, verbose=0,
-                          return_dict=True)["loss"] != pytest.approx(loss, rel=1e-6)
+    assert model.evaluate(inputs, changed, sample_weight=weights, verbose=0, return_dict=True)[
+        "loss"
+    ] != pytest.approx(loss, rel=1e-6)
 
 
 def test_the_mae_loss_is_the_squared_error_on_dropped_patches():
@@ -77,7 +87,9 @@ def test_the_mae_loss_is_the_squared_error_on_dropped_patches():
     predictions = keras.ops.convert_to_numpy(model(inputs)).astype("float64")
     per_patch = ((predictions - targets) ** 2).mean(-1)
     expected = (per_patch * weights).sum() / weights.sum()
-    loss = model.evaluate(inputs, targets, sample_weight=weights, verbose=0, return_dict=True)["loss"]
+    loss = model.evaluate(inputs, targets, sample_weight=weights, verbose=0, return_dict=True)[
+        "loss"
+    ]
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
@@ -106,7 +118,9 @@ def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, t
         "transfer_encoder(model)": keras_vit.VisionTransformer(**TINY),
         "transfer_encoder(path)": keras_vit.VisionTransformer(**TINY),
         "VisionTransformer(weights=path)": keras_vit.VisionTransformer(**TINY, weights=path),
-        "from_checkpoint(path)": keras_vit.from_checkpoint(path, include_top=True, pooling="token", classes=5),
+        "from_checkpoint(path)": keras_vit.from_checkpoint(
+            path, include_top=True, pooling="token", classes=5
+        ),
     }
     report = transfer_encoder(model, classifiers["transfer_encoder(model)"])
     transfer_encoder(path, classifiers["transfer_encoder(path)"])
@@ -118,7 +132,9 @@ def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, t
                 assert not keras.ops.convert_to_numpy(weight).any(), how  # a new zero head
                 continue
             np.testing.assert_array_equal(
-                keras.ops.convert_to_numpy(weight), pretrained[weight.path], err_msg=f"{how}: {weight.path}"
+                keras.ops.convert_to_numpy(weight),
+                pretrained[weight.path],
+                err_msg=f"{how}: {weight.path}",
             )
 
 
@@ -136,7 +152,9 @@ def test_the_pretraining_model_round_trips_through_a_keras_file(name, tmp_path):
         assert a.path == b.path
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(loaded(inputs)), keras.ops.convert_to_numpy(model(inputs)), atol=1e-6
+        keras.ops.convert_to_numpy(loaded(inputs)),
+        keras.ops.convert_to_numpy(model(inputs)),
+        atol=1e-6,
     )
     # The compiled loss comes back too: the same (weighted) loss, and it trains on.
     assert loaded.evaluate(inputs, targets, sample_weight=weights, verbose=0) == pytest.approx(

@@ -14,13 +14,33 @@ from keras_vit.training.run import read_run
 from tests.conftest import last_json_line, run_python
 from tests.training.test_train_command import write_dataset
 
-SMALL_MAE = ["--objective", "mae", "--decoder-dim", "16", "--decoder-depth", "1",
-             "--decoder-heads", "2"]
+SMALL_MAE = [
+    "--objective",
+    "mae",
+    "--decoder-dim",
+    "16",
+    "--decoder-depth",
+    "1",
+    "--decoder-heads",
+    "2",
+]
 
 
 def pretrain_command(data, out, epochs, *extra):
-    return ["pretrain", "--dataset", data, "--image-size", "16", "--epochs", str(epochs),
-            "--batch-size", "16", "--output-dir", out, *extra]
+    return [
+        "pretrain",
+        "--dataset",
+        data,
+        "--image-size",
+        "16",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "16",
+        "--output-dir",
+        out,
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -51,12 +71,13 @@ def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, 
     assert architecture["hidden_dim"] == 64 and architecture["input_shape"] == (16, 16, 3)
     # The fine-tune command that pretrain printed, on the data it pre-trained on.
     (line,) = [line for line in printed.splitlines() if line.startswith("fine-tune it: ")]
-    command = shlex.split(line[len("fine-tune it: "):])
+    command = shlex.split(line[len("fine-tune it: ") :])
     assert command[:3] == ["keras-vit", "finetune", os.path.join(out, "model.keras")]
     assert command[command.index("--dataset") + 1] == data
     finetuned = str(tmp_path / "finetune")
-    assert main([*command[1:], "--epochs", "1", "--batch-size", "16",
-                 "--output-dir", finetuned]) == 0
+    assert (
+        main([*command[1:], "--epochs", "1", "--batch-size", "16", "--output-dir", finetuned]) == 0
+    )
     assert "test accuracy:" in capsys.readouterr().out
     assert read_run(finetuned)["job"] == "finetune"
     classifier = keras.saving.load_model(os.path.join(finetuned, "model.keras"))
@@ -92,7 +113,7 @@ def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_
                             batch_size=16, output_dir=out, deterministic=True, verbose=0,
                             log=lines.append)
 
-        run({str(tmp_path / 'unbroken')!r})
+        run({str(tmp_path / "unbroken")!r})
         save = backup.CrashSafeBackup.on_epoch_end
 
         def killed_after_epoch_2(self, epoch, logs=None):
@@ -102,16 +123,16 @@ def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_
 
         backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_2
         try:
-            run({str(tmp_path / 'killed')!r})
+            run({str(tmp_path / "killed")!r})
         except KeyboardInterrupt:
             pass
         backup.CrashSafeBackup.on_epoch_end = save
         del lines[:]
-        run({str(tmp_path / 'killed')!r})
-        a = keras.saving.load_model({str(tmp_path / 'unbroken' / 'model.keras')!r})
-        b = keras.saving.load_model({str(tmp_path / 'killed' / 'model.keras')!r})
-        diff = max(float(np.abs(keras.ops.convert_to_numpy(x) - keras.ops.convert_to_numpy(y)).max())
-                   for x, y in zip(a.weights, b.weights))
+        run({str(tmp_path / "killed")!r})
+        a = keras.saving.load_model({str(tmp_path / "unbroken" / "model.keras")!r})
+        b = keras.saving.load_model({str(tmp_path / "killed" / "model.keras")!r})
+        numpy = keras.ops.convert_to_numpy
+        diff = max(float(np.abs(numpy(x) - numpy(y)).max()) for x, y in zip(a.weights, b.weights))
         print(json.dumps({{"difference": diff, "log": lines}}))
     """
     result = last_json_line(run_python(code))

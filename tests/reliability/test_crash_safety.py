@@ -108,8 +108,15 @@ def test_the_train_command_reports_divergence_and_writes_no_model(tmp_path):
     data = write_dataset(tmp_path / "data", per_class=16)
     out = str(tmp_path / "run")
     with pytest.raises(RuntimeError, match=r"Training diverged: the loss was (nan|inf)"):
-        train(data, image_size=16, epochs=2, batch_size=8, output_dir=out, verbose=0,
-              recipe=Recipe(learning_rate=1e38, warmup_fraction=0.0))
+        train(
+            data,
+            image_size=16,
+            epochs=2,
+            batch_size=8,
+            output_dir=out,
+            verbose=0,
+            recipe=Recipe(learning_rate=1e38, warmup_fraction=0.0),
+        )
     assert not os.path.exists(os.path.join(out, "model.keras"))
 
 
@@ -130,12 +137,28 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_
     data = write_dataset(tmp_path / "data", per_class=48)
     # A JAX process killed in a write of its compilation cache leaves the entry
     # truncated: these runs share a cache of their own.
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3",
-               **own_jax_compilations(tmp_path / "jax_compilations"))
+    env = dict(
+        os.environ,
+        KERAS_BACKEND=backend,
+        TF_CPP_MIN_LOG_LEVEL="3",
+        **own_jax_compilations(tmp_path / "jax_compilations"),
+    )
 
     def arguments(out):
-        return ["train", "--dataset", data, "--image-size", "16", "--epochs", "5",
-                "--batch-size", "8", "--output-dir", out, "--deterministic"]
+        return [
+            "train",
+            "--dataset",
+            data,
+            "--image-size",
+            "16",
+            "--epochs",
+            "5",
+            "--batch-size",
+            "8",
+            "--output-dir",
+            out,
+            "--deterministic",
+        ]
 
     def command(out):
         return [sys.executable, "-m", "keras_vit.cli", *arguments(out)]
@@ -156,8 +179,9 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_
 
     kills = []
     for moment in ("mid-epoch", "at a checkpoint", "random"):
-        process = subprocess.Popen(command(out), env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            command(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         done_before, started = checkpoints(), time.time()
         kill_at = started + rng.uniform(3, 12)
         while time.time() < started + 300 and process.poll() is None:
@@ -183,8 +207,9 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_
         for arguments in {[arguments(out), arguments(reference)]!r}:
             assert main(arguments) == 0, arguments
     """)
-    result = subprocess.run([sys.executable, "-c", both], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", both], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("resuming from") == 1
     assert not os.path.exists(backup_dir)  # removed once the outputs are written

@@ -43,7 +43,10 @@ def small_images():
         "png": tf.io.encode_png(pixels).numpy(),
         "jpeg": tf.io.encode_jpeg(pixels).numpy(),
         "gif": gif_bomb(21, 13),
-        "bmp": b"BM" + bytes(16) + (21).to_bytes(4, "little") + (-13).to_bytes(4, "little", signed=True),
+        "bmp": b"BM"
+        + bytes(16)
+        + (21).to_bytes(4, "little")
+        + (-13).to_bytes(4, "little", signed=True),
         "webp": webp(pixels),
         "webp lossless": webp(pixels, lossless=True),
         "webp extended": webp(np.dstack([pixels, pixels[..., :1]]), exact=True),  # with alpha: VP8X
@@ -54,15 +57,21 @@ def small_images():
 def test_header_sizes_are_read_without_decoding():
     images = small_images()
     assert [images[k][12:16] for k in ("webp", "webp lossless", "webp extended")] == [
-        b"VP8 ", b"VP8L", b"VP8X"]  # each kind of WebP header
+        b"VP8 ",
+        b"VP8L",
+        b"VP8X",
+    ]  # each kind of WebP header
     for kind, data in images.items():
         assert image_limits.header_size(data) == (kind.split()[0], 13, 21), kind
     assert image_limits.header_size(webp_bomb(40000, 30000)) == ("webp", 30000, 40000)
     jpeg = small_images()["jpeg"]
     assert image_limits.header_size(jpeg_bomb(jpeg, 40000, 30000)) == ("jpeg", 30000, 40000)
     assert image_limits.header_size(PNG_BOMB) == ("png", 23000, 23000)
-    for data, cause in ((b"hello", "not a JPEG/PNG/GIF/BMP/WebP"), (PNG_BOMB[:20], "truncated PNG"),
-                        (jpeg[:20], "truncated JPEG")):
+    for data, cause in (
+        (b"hello", "not a JPEG/PNG/GIF/BMP/WebP"),
+        (PNG_BOMB[:20], "truncated PNG"),
+        (jpeg[:20], "truncated JPEG"),
+    ):
         with pytest.raises(ValueError, match=cause):
             image_limits.header_size(data)
 
@@ -70,8 +79,12 @@ def test_header_sizes_are_read_without_decoding():
 @pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
     jpeg = small_images()["jpeg"]
-    for bomb in (PNG_BOMB, gif_bomb(30000, 30000), jpeg_bomb(jpeg, 30000, 30000),
-                 webp_bomb(30000, 30000)):
+    for bomb in (
+        PNG_BOMB,
+        gif_bomb(30000, 30000),
+        jpeg_bomb(jpeg, 30000, 30000),
+        webp_bomb(30000, 30000),
+    ):
         before = peak_rss_mb()
         with pytest.raises(tf.errors.InvalidArgumentError, match="refused before decoding"):
             vit_pipelines.decode_for_eval(tf.constant(bomb), (16, 16), 3)
@@ -93,7 +106,8 @@ def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
     with pytest.raises(tf.errors.InvalidArgumentError, match="272"):
         vit_pipelines.decode_for_eval(tf.constant(small_images()["png"]), (8, 8), max_pixels=272)
     assert vit_pipelines.decode_for_eval(
-        tf.constant(small_images()["png"]), (8, 8), max_pixels=273).shape == (8, 8, 3)
+        tf.constant(small_images()["png"]), (8, 8), max_pixels=273
+    ).shape == (8, 8, 3)
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, "big"])
@@ -125,8 +139,11 @@ def test_an_image_folder_skips_a_bomb_with_one_warning(tmp_path, caplog):
     assert peak_rss_mb() - before < 200
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="the serving graph is traced on TensorFlow or JAX; "
-                    "torch models are exported through rebuild_on_tensorflow (tests/export)")
+@pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="the serving graph is traced on TensorFlow or JAX; "
+    "torch models are exported through rebuild_on_tensorflow (tests/export)",
+)
 @pytest.mark.slow
 def test_a_served_bomb_fails_its_request_and_the_next_one_is_answered(tmp_path):
     model = keras_vit.VisionTransformer(**TINY)
@@ -156,17 +173,29 @@ def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    command = [sys.executable, "-m", "keras_vit_launcher", "predict",
-               *[str(tmp_path / name) for name in files], "--model", str(tmp_path / "model.keras")]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                          env=console_environment())
+    command = [
+        sys.executable,
+        "-m",
+        "keras_vit_launcher",
+        "predict",
+        *[str(tmp_path / name) for name in files],
+        "--model",
+        str(tmp_path / "model.keras"),
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=console_environment()
+    )
     assert done.returncode == 1, done.stderr
     answered = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
     assert answered == [str(tmp_path / "good.png"), str(tmp_path / "tiny.png")], done.stdout
     errors = done.stderr.strip().splitlines()
     assert len(errors) == 4, done.stderr
     assert "tiny.png: warning: 1x1 image upscaled to the model's 16x16" in errors[0]
-    assert "bomb.png: the PNG declares 23,000 x 23,000 = 529,000,000 pixels, above the " \
-           "limit of 64,000,000" in errors[1]
-    assert "truncated.png: could not be decoded (Invalid PNG data, size 60); a truncated" in errors[2]
+    assert (
+        "bomb.png: the PNG declares 23,000 x 23,000 = 529,000,000 pixels, above the "
+        "limit of 64,000,000" in errors[1]
+    )
+    assert (
+        "truncated.png: could not be decoded (Invalid PNG data, size 60); a truncated" in errors[2]
+    )
     assert "text.png: not a JPEG/PNG/GIF/BMP/WebP image" in errors[3]

@@ -93,9 +93,9 @@ def mangled(real):
     return st.one_of(
         st.binary(max_size=2048),
         st.integers(0, len(real) - 1).map(lambda n: real[:n]),
-        st.lists(st.tuples(st.integers(0, len(real) - 1), st.integers(0, 255)),
-                 min_size=1, max_size=8).map(
-            lambda edits: bytes(_edit(real, edits))),
+        st.lists(
+            st.tuples(st.integers(0, len(real) - 1), st.integers(0, 255)), min_size=1, max_size=8
+        ).map(lambda edits: bytes(_edit(real, edits))),
     )
 
 
@@ -134,8 +134,12 @@ def test_fuzzed_checkpoint_bytes_end_in_a_clear_error(real_files, tmp_path, suff
     real = real_files[suffix]
     path = str(tmp_path / f"fuzzed{suffix}")
 
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=mangled(real))
     def check(data):
         with open(path, "wb") as f:
@@ -175,8 +179,12 @@ def test_fuzzed_image_files_in_a_folder_are_skipped_not_fatal(tmp_path, caplog):
     # example, about as many bad files in all as the other fuzz tests' cases.
     suffixes = st.sampled_from([".png", ".jpg", ".bmp", ".gif"])
 
-    @settings(max_examples=FUZZ_EXAMPLES // 5, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=FUZZ_EXAMPLES // 5,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(files=st.lists(st.tuples(mangled(good), suffixes), min_size=1, max_size=8))
     def check(files):
         bad = [tmp_path / "a" / f"bad{i}{suffix}" for i, (_, suffix) in enumerate(files)]
@@ -193,13 +201,19 @@ def test_fuzzed_image_files_in_a_folder_are_skipped_not_fatal(tmp_path, caplog):
     check()
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 # Non-empty arrays of rank >= 1: Keras' own `predict` ends a 0-d array
 # with an IndexError ("tuple index out of range") and an empty one with an
 # UnboundLocalError, from its batching code, before the model sees them.
-@given(shape=st.lists(st.integers(1, 20), min_size=1, max_size=5),
-       dtype=st.sampled_from(["float32", "float64", "int32", "uint8", "bool"]))
+@given(
+    shape=st.lists(st.integers(1, 20), min_size=1, max_size=5),
+    dtype=st.sampled_from(["float32", "float64", "int32", "uint8", "bool"]),
+)
 def test_models_refuse_wrong_inputs_clearly_or_answer_correctly(shape, dtype):
     model = _fuzz_model()
     array = np.zeros(shape, dtype)
@@ -222,8 +236,11 @@ def _fuzz_model():
     return _MODELS["tiny"]
 
 
-@pytest.mark.skipif(BACKEND == "torch", reason="the serving graph is traced on TensorFlow or JAX; "
-                    "torch models are exported through rebuild_on_tensorflow (tests/export)")
+@pytest.mark.skipif(
+    BACKEND == "torch",
+    reason="the serving graph is traced on TensorFlow or JAX; "
+    "torch models are exported through rebuild_on_tensorflow (tests/export)",
+)
 def test_fuzzed_bytes_to_the_serving_signature_fail_the_request_clearly():
     import tensorflow as tf
 
@@ -233,8 +250,12 @@ def test_fuzzed_bytes_to_the_serving_signature_fail_the_request_clearly():
     rng = np.random.default_rng(0)
     good = tf.io.encode_png(rng.integers(0, 256, (20, 20, 3)).astype("uint8")).numpy()
 
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(data=mangled(good))
     def check(data):
         try:

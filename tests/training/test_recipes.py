@@ -47,7 +47,9 @@ def test_bad_schedule_arguments_name_the_value():
 
 def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token():
     model = keras_vit.VisionTransformer(
-        **{**TINY, "patch_size": 1}, stem_filters=(4,), distillation_token=True,
+        **{**TINY, "patch_size": 1},
+        stem_filters=(4,),
+        distillation_token=True,
         num_register_tokens=2,
     )
     skipped = {v.path for v in no_weight_decay_variables(model)}
@@ -82,13 +84,16 @@ def test_recipes_compile_and_train(images):
         before = model.get_layer("head").get_weights()[0].copy()
         traces = []
         if keras.backend.backend() == "tensorflow":
-            def counted_train_step(data, train_step=model.train_step):
+
+            def counted_train_step(data, train_step=model.train_step, traces=traces):
                 traces.append(1)  # Python: runs once per trace of the compiled step
                 return train_step(data)
 
             model.train_step = counted_train_step
         model.fit(images, labels, batch_size=2, epochs=2, verbose=0)
-        assert int(ops.convert_to_numpy(model.optimizer.iterations)) == 2  # 4 batches, accumulated by 2
+        assert (
+            int(ops.convert_to_numpy(model.optimizer.iterations)) == 2
+        )  # 4 batches, accumulated by 2
         if keras.backend.backend() == "tensorflow":
             # One trace: the optimizer's slots exist before the first step
             # (made inside it, TensorFlow traces the step twice).
@@ -116,7 +121,9 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
             start = model.get_weights()
         model.set_weights(start)
         model.compile(
-            optimizer=finetuning_optimizer(0.5, clipnorm=None, gradient_accumulation_steps=accumulate),
+            optimizer=finetuning_optimizer(
+                0.5, clipnorm=None, gradient_accumulation_steps=accumulate
+            ),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True),
         )
         model.fit(x, y, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)

@@ -27,8 +27,17 @@ def write_dataset(root, per_class=48):
 
 def command(data, out, epochs):
     return [
-        "train", "--dataset", data, "--image-size", "16", "--epochs", str(epochs),
-        "--batch-size", "8", "--output-dir", out,
+        "train",
+        "--dataset",
+        data,
+        "--image-size",
+        "16",
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        "8",
+        "--output-dir",
+        out,
     ]
 
 
@@ -38,13 +47,19 @@ def history_epochs(out):
 
 
 @pytest.mark.slow
-def test_train_writes_the_run_and_evaluate_predict_use_it(trained_run, image_folder, tmp_path,
-                                                          capsys):
+def test_train_writes_the_run_and_evaluate_predict_use_it(
+    trained_run, image_folder, tmp_path, capsys
+):
     data, out = image_folder, trained_run.folder  # `keras-vit train`, 2 epochs (conftest)
     printed = trained_run.printed
     assert "test accuracy:" in printed and "learning_curves.png" in printed
-    for name in ("model.keras", "class_names.json", "history.csv",
-                 "learning_curves.png", "metrics.json"):
+    for name in (
+        "model.keras",
+        "class_names.json",
+        "history.csv",
+        "learning_curves.png",
+        "metrics.json",
+    ):
         assert os.path.isfile(os.path.join(out, name)), name
     assert not os.path.exists(os.path.join(out, "backup"))
     with open(os.path.join(out, "learning_curves.png"), "rb") as f:
@@ -64,7 +79,7 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(trained_run, image_fol
     image = os.path.join(data, "test", "light", "0.png")
     assert main(["predict", image, "--model", model, "--top-k", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == image and {l.split()[0] for l in lines[1:]} == {"dark", "light"}
+    assert lines[0] == image and {line.split()[0] for line in lines[1:]} == {"dark", "light"}
 
     # A finished run is not replaced by accident.
     with pytest.raises(SystemExit, match="already holds a finished run"):
@@ -72,8 +87,25 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(trained_run, image_fol
 
     # Fine-tuning the run's model at a higher resolution.
     tuned = str(tmp_path / "tuned")
-    assert main(["finetune", model, "--dataset", data, "--image-size", "24",
-                 "--epochs", "1", "--batch-size", "8", "--output-dir", tuned]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                model,
+                "--dataset",
+                data,
+                "--image-size",
+                "24",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--output-dir",
+                tuned,
+            ]
+        )
+        == 0
+    )
     assert "test accuracy:" in capsys.readouterr().out
     assert [read_run(d)["job"] for d in (out, tuned)] == ["train", "finetune"]
     import keras
@@ -100,9 +132,12 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(trained_run, image_fol
     [
         (["--dataset", "no_such_dataset_xyz"], "Unknown dataset 'no_such_dataset_xyz'"),
         (["--dataset", "/no/such/folder"], "does not exist"),
-        (["--patch-size", "3"], r"--image-size 28 leaves a 4-pixel feature map after the stem "
-                                r"\(strides \(2, 2, 2\), each halving rounded up\), not a multiple of "
-                                r"the patch size 3"),
+        (
+            ["--patch-size", "3"],
+            r"--image-size 28 leaves a 4-pixel feature map after the stem "
+            r"\(strides \(2, 2, 2\), each halving rounded up\), not a multiple of "
+            r"the patch size 3",
+        ),
         (["--recipe", "fast"], "--recipe 'fast'"),
         (["--augmentation", "huge"], "--augmentation 'huge'"),
     ],
@@ -113,13 +148,16 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
     assert not os.path.exists(tmp_path / "run")
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"limit": 0}, "Received: limit=0"),
-    ({"image_size": -8}, "image_size=-8 is not a positive int"),
-    ({"image_size": 28, "patch_size": 3}, "leaves a 4-pixel feature map after the stem"),
-    ({"patch_dropout_rate": 1.0}, "Received: patch_dropout_rate=1.0"),
-    ({"patch_dropout_rate": "half"}, "Received: patch_dropout_rate='half'"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"limit": 0}, "Received: limit=0"),
+        ({"image_size": -8}, "image_size=-8 is not a positive int"),
+        ({"image_size": 28, "patch_size": 3}, "leaves a 4-pixel feature map after the stem"),
+        ({"patch_dropout_rate": 1.0}, "Received: patch_dropout_rate=1.0"),
+        ({"patch_dropout_rate": "half"}, "Received: patch_dropout_rate='half'"),
+    ],
+)
 def test_a_bad_limit_or_patch_dropout_fails_before_any_work(tmp_path, arguments, message):
     from keras_vit.training import train
 
@@ -155,8 +193,16 @@ def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_
 
     data = write_dataset(tmp_path / "data", per_class=16)
     recipe = dataclasses.replace(RECIPES["small"], patch_dropout_rate=0.5)
-    result = train(data, image_size=16, epochs=1, batch_size=8, recipe=recipe,
-                   output_dir=str(tmp_path / "run"), verbose=0, log=lambda line: None)
+    result = train(
+        data,
+        image_size=16,
+        epochs=1,
+        batch_size=8,
+        recipe=recipe,
+        output_dir=str(tmp_path / "run"),
+        verbose=0,
+        log=lambda line: None,
+    )
     model = keras.saving.load_model(result["paths"]["model.keras"])
     assert model.get_layer("patch_dropout").rate == 0.5
     assert 0.0 <= result["metrics"]["test_accuracy"] <= 1.0
@@ -165,9 +211,27 @@ def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_
     # The command line's --patch-dropout sets it over the recipe's, and the
     # run records it: fine-tuning that run's model on part of its tokens.
     tuned = str(tmp_path / "tuned")
-    assert main(["finetune", result["paths"]["model.keras"], "--dataset", data,
-                 "--image-size", "24", "--epochs", "1", "--batch-size", "8",
-                 "--patch-dropout", "0.75", "--output-dir", tuned]) == 0
+    assert (
+        main(
+            [
+                "finetune",
+                result["paths"]["model.keras"],
+                "--dataset",
+                data,
+                "--image-size",
+                "24",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "8",
+                "--patch-dropout",
+                "0.75",
+                "--output-dir",
+                tuned,
+            ]
+        )
+        == 0
+    )
     with open(os.path.join(tuned, "run.json")) as f:
         assert json.load(f)["patch_dropout_rate"] == 0.75
     tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))

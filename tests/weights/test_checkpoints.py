@@ -23,11 +23,14 @@ from keras_vit.weights.converters.official import to_official
 from keras_vit.weights.readers import read_tensors
 from tests.conftest import artifact_maker, run_python, shared_artifact
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None
-    or importlib.util.find_spec("torch") is None,
-    reason="the reference needs transformers and torch",
-)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        importlib.util.find_spec("transformers") is None
+        or importlib.util.find_spec("torch") is None,
+        reason="the reference needs transformers and torch",
+    ),
+]
 
 ARCH = dict(patch_size=4, hidden_dim=32, num_layers=2, num_heads=4, mlp_dim=64)
 
@@ -107,13 +110,17 @@ KINDS = ("model", "classifier", "timm_like", "dinov2", "dinov2_registers", "deit
 def _make_references(root):
     # Every reference in one interpreter (torch and transformers load once),
     # each from its own seed as in a process of its own.
-    run_python("\n".join(REFERENCE.format(out=os.path.join(root, kind), kind=kind)
-                         for kind in KINDS), backend="torch", timeout=600)
+    run_python(
+        "\n".join(REFERENCE.format(out=os.path.join(root, kind), kind=kind) for kind in KINDS),
+        backend="torch",
+        timeout=600,
+    )
 
 
 def _reference(tmp_path_factory, kind):
-    out = os.path.join(shared_artifact("huggingface_references", _make_references,
-                                       tmp_path_factory), kind)
+    out = os.path.join(
+        shared_artifact("huggingface_references", _make_references, tmp_path_factory), kind
+    )
     with open(os.path.join(out, "info.json")) as f:
         info = json.load(f)
     assert info["act"] == "gelu"  # exact GELU: the model must follow the source
@@ -152,8 +159,12 @@ def dinov2_registers_reference(tmp_path_factory):
 
 def hf_model(eps, size=16, **kwargs):
     return keras_vit.VisionTransformer(
-        **ARCH, input_shape=(size, size, 3), include_rescaling=False,
-        approximate_gelu=False, layer_norm_epsilon=eps, **kwargs,
+        **ARCH,
+        input_shape=(size, size, 3),
+        include_rescaling=False,
+        approximate_gelu=False,
+        layer_norm_epsilon=eps,
+        **kwargs,
     )
 
 
@@ -200,9 +211,7 @@ def test_another_resolution_matches_hf_interpolate_pos_encoding(tmp_path, vit_mo
 def test_dinov2_layer_scale_parity(tmp_path, dinov2_reference):
     out, eps = dinov2_reference
     path = os.path.join(out, "model.safetensors")
-    model = hf_model(
-        eps, include_top=False, pooling=None, layer_scale_init=1.0, weights=path
-    )
+    model = hf_model(eps, include_top=False, pooling=None, layer_scale_init=1.0, weights=path)
     gamma = ops.convert_to_numpy(model.get_layer("encoderblock_0").attention_scale.gamma)
     assert not np.allclose(gamma, 1.0)  # loaded, not the initial value
     assert max_error(model, out, 16, "tokens") <= 1e-4
@@ -224,10 +233,13 @@ def test_mae_encoder_parity(mae_reference):
     assert max_error(model, out, 16, "tokens") <= 1e-4
 
 
-def test_from_checkpoint_follows_the_source(vit_model_reference, classifier_reference, dinov2_reference):
+def test_from_checkpoint_follows_the_source(
+    vit_model_reference, classifier_reference, dinov2_reference
+):
     out, eps = classifier_reference
     model = from_checkpoint(
-        os.path.join(out, "model.safetensors"), include_rescaling=False,
+        os.path.join(out, "model.safetensors"),
+        include_rescaling=False,
         classifier_activation=None,
     )
     block = model.get_layer("encoderblock_0")
@@ -243,8 +255,11 @@ def test_from_checkpoint_follows_the_source(vit_model_reference, classifier_refe
     assert headed.output_shape == (None, 3)
     assert not np.any(headed.get_layer("head").get_weights()[0])
     model = from_checkpoint(
-        os.path.join(out, "model.safetensors"), include_rescaling=False,
-        input_shape=(24, 24, 3), pooling=None, representation_size=None,
+        os.path.join(out, "model.safetensors"),
+        include_rescaling=False,
+        input_shape=(24, 24, 3),
+        pooling=None,
+        representation_size=None,
     )
     assert max_error(model, out, 24, "tokens") <= 1e-4
     # DINOv2: LayerScale and ImageNet mean/std pixels, from the source.
@@ -277,7 +292,12 @@ def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):
     )
     with pytest.raises(SystemExit, match="exists; pass --overwrite"):
         main(["convert", source, destination])
-    assert main(["convert", source, destination, "--overwrite", "--image-size", "24", "--classes", "3"]) == 0
+    assert (
+        main(
+            ["convert", source, destination, "--overwrite", "--image-size", "24", "--classes", "3"]
+        )
+        == 0
+    )
     model = keras.models.load_model(destination)
     assert (model.input_shape, model.output_shape) == ((None, 24, 24, 3), (None, 3))
     with pytest.raises(SystemExit, match="must end in .keras"):
@@ -287,34 +307,47 @@ def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):
 
 
 OFFICIAL_KEYS = [
-    "embedding/kernel", "embedding/bias", "cls",
+    "embedding/kernel",
+    "embedding/bias",
+    "cls",
     "Transformer/posembed_input/pos_embedding",
-    "Transformer/encoder_norm/scale", "Transformer/encoder_norm/bias",
-    "head/kernel", "head/bias",
+    "Transformer/encoder_norm/scale",
+    "Transformer/encoder_norm/bias",
+    "head/kernel",
+    "head/bias",
 ] + [
     f"Transformer/encoderblock_{i}/{name}"
     for i in range(2)
     for name in [
-        "LayerNorm_0/scale", "LayerNorm_0/bias", "LayerNorm_2/scale", "LayerNorm_2/bias",
-        "MlpBlock_3/Dense_0/kernel", "MlpBlock_3/Dense_0/bias",
-        "MlpBlock_3/Dense_1/kernel", "MlpBlock_3/Dense_1/bias",
+        "LayerNorm_0/scale",
+        "LayerNorm_0/bias",
+        "LayerNorm_2/scale",
+        "LayerNorm_2/bias",
+        "MlpBlock_3/Dense_0/kernel",
+        "MlpBlock_3/Dense_0/bias",
+        "MlpBlock_3/Dense_1/kernel",
+        "MlpBlock_3/Dense_1/bias",
         "MultiHeadDotProductAttention_1/out/kernel",
         "MultiHeadDotProductAttention_1/out/bias",
-    ] + [
+    ]
+    + [
         f"MultiHeadDotProductAttention_1/{p}/{k}"
-        for p in ("query", "key", "value") for k in ("kernel", "bias")
+        for p in ("query", "key", "value")
+        for k in ("kernel", "bias")
     ]
 ]
 
 
 def test_official_npz_layout_parity(tmp_path, classifier_reference):
     out, eps = classifier_reference
-    model = hf_model(eps, classes=5, classifier_activation=None,
-                     weights=os.path.join(out, "model.safetensors"))
+    model = hf_model(
+        eps, classes=5, classifier_activation=None, weights=os.path.join(out, "model.safetensors")
+    )
     tensors = to_official(model)
     assert sorted(tensors) == sorted(OFFICIAL_KEYS)
     shapes = {
-        "embedding/kernel": (4, 4, 3, 32), "cls": (1, 1, 32),
+        "embedding/kernel": (4, 4, 3, 32),
+        "cls": (1, 1, 32),
         "Transformer/posembed_input/pos_embedding": (1, 17, 32),
         "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel": (32, 4, 8),
         "Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/bias": (4, 8),
@@ -334,8 +367,11 @@ def test_official_npz_layout_parity(tmp_path, classifier_reference):
     assert (block.approximate_gelu, block.layer_norm_epsilon, block.num_heads) == (True, 1e-6, 4)
     assert inferred.output_shape == (None, 5)
     exact = from_checkpoint(
-        path, classifier_activation=None, include_rescaling=False,
-        approximate_gelu=False, layer_norm_epsilon=eps,
+        path,
+        classifier_activation=None,
+        include_rescaling=False,
+        approximate_gelu=False,
+        layer_norm_epsilon=eps,
     )
     assert max_error(exact, out, 16, "logits") <= 1e-4
 
@@ -434,13 +470,20 @@ def test_bad_checkpoints_fail_clearly_and_leave_the_model_unchanged(tmp_path, vi
     _, canonical = to_canonical(tensors, num_heads=4)
     missing = dict(canonical)
     del missing["encoderblock_1/mlp_norm/gamma"]
-    with pytest.raises(ValueError, match="no weight for 'encoderblock_1/mlp_norm/gamma' \\(model shape \\(32,\\)\\)"):
+    with pytest.raises(
+        ValueError,
+        match="no weight for 'encoderblock_1/mlp_norm/gamma' \\(model shape \\(32,\\)\\)",
+    ):
         assign_canonical(model, missing)
 
     wider = keras_vit.VisionTransformer(
         **{**ARCH, "hidden_dim": 48}, input_shape=(16, 16, 3), include_top=False
     )
-    with pytest.raises(ValueError, match=r"'patch_embedding/kernel': .* shape \(4, 4, 3, 32\) but the model has \(4, 4, 3, 48\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"'patch_embedding/kernel': .* shape \(4, 4, 3, 32\) "
+        r"but the model has \(4, 4, 3, 48\)",
+    ):
         load(wider, path)
 
     shallower = keras_vit.VisionTransformer(
@@ -463,7 +506,9 @@ def test_npz_with_pickled_objects_is_refused(tmp_path):
     path = os.path.join(tmp_path, "evil.npz")
     np.savez(path, **{"embedding/kernel": np.array([{"x": 1}], dtype=object)})
     model = keras_vit.VisionTransformer(**ARCH, input_shape=(16, 16, 3))
-    with pytest.raises(ValueError, match="evil.npz.*not a readable NumPy .npz checkpoint.*allow_pickle"):
+    with pytest.raises(
+        ValueError, match="evil.npz.*not a readable NumPy .npz checkpoint.*allow_pickle"
+    ):
         load(model, path)
 
 
@@ -472,7 +517,9 @@ def test_deit_distilled_parity_at_two_resolutions(deit_reference):
     path = os.path.join(out, "model.safetensors")
     for size in (16, 24):
         model = from_checkpoint(
-            path, include_rescaling=False, classifier_activation=None,
+            path,
+            include_rescaling=False,
+            classifier_activation=None,
             input_shape=(size, size, 3),
         )
         assert model.get_layer("position_embedding").num_prefix_tokens == 2
@@ -490,14 +537,19 @@ def test_dinov2_registers_parity_with_antialiased_resampling(dinov2_registers_re
     assert max_error(model, out, 16, "logits") <= 1e-4
     for size in (24, 12):  # up and down: torch's antialiased bicubic
         model = from_checkpoint(
-            path, include_rescaling=False, classifier_activation=None,
+            path,
+            include_rescaling=False,
+            classifier_activation=None,
             input_shape=(size, size, 3),
         )
         assert max_error(model, out, size, "logits") <= 1e-4
     # The plain bicubic (another filter) would not reproduce the source.
     plain = from_checkpoint(
-        path, include_rescaling=False, classifier_activation=None,
-        input_shape=(24, 24, 3), resample_method="bicubic",
+        path,
+        include_rescaling=False,
+        classifier_activation=None,
+        input_shape=(24, 24, 3),
+        resample_method="bicubic",
     )
     assert max_error(plain, out, 24, "logits") > 1e-3
 
@@ -510,14 +562,22 @@ def timm_like_reference(tmp_path_factory):
 def builder(path, **kwargs):
     """`VisionTransformer(weights=path)` told only the size: the rest is the checkpoint's."""
     return keras_vit.VisionTransformer(
-        **ARCH, input_shape=(16, 16, 3), include_rescaling=False,
-        classifier_activation=None, weights=path, **kwargs,
+        **ARCH,
+        input_shape=(16, 16, 3),
+        include_rescaling=False,
+        classifier_activation=None,
+        weights=path,
+        **kwargs,
     )
 
 
 def test_builders_build_the_checkpoints_function(
-    tmp_path, classifier_reference, deit_reference, dinov2_reference,
-    dinov2_registers_reference, timm_like_reference,
+    tmp_path,
+    classifier_reference,
+    deit_reference,
+    dinov2_reference,
+    dinov2_registers_reference,
+    timm_like_reference,
 ):
     from safetensors.numpy import save_file
 
@@ -531,8 +591,12 @@ def test_builders_build_the_checkpoints_function(
     cases = {
         "HF ViT (exact GELU, epsilon 1e-12)": (classifier_reference, None, "logits", {}),
         "HF DeiT distilled": (deit_reference, None, "logits", {}),
-        "HF DINOv2 (LayerScale)": (dinov2_reference, None, "tokens",
-                                   {"include_top": False, "pooling": None}),
+        "HF DINOv2 (LayerScale)": (
+            dinov2_reference,
+            None,
+            "tokens",
+            {"include_top": False, "pooling": None},
+        ),
         "HF DINOv2 with registers": (dinov2_registers_reference, None, "logits", {}),
         "timm": (timm_like_reference, timm_path, "logits", {}),
     }
@@ -540,16 +604,22 @@ def test_builders_build_the_checkpoints_function(
         path = path or os.path.join(out, "model.safetensors")
         through_builder = builder(path, **({"classes": 5} if name == "logits" else {}), **extra)
         assert max_error(through_builder, out, 16, name) <= 1e-5, case
-        reference = from_checkpoint(path, num_heads=4, include_rescaling=False,
-                                    classifier_activation=None, **extra)
+        reference = from_checkpoint(
+            path, num_heads=4, include_rescaling=False, classifier_activation=None, **extra
+        )
         images = np.load(os.path.join(out, "images_16.npy"))
         np.testing.assert_allclose(
-            through_builder.predict(images, verbose=0), reference.predict(images, verbose=0),
-            atol=1e-6, err_msg=case)  # the same numbers as from_checkpoint
+            through_builder.predict(images, verbose=0),
+            reference.predict(images, verbose=0),
+            atol=1e-6,
+            err_msg=case,
+        )  # the same numbers as from_checkpoint
 
 
 def test_a_choice_that_contradicts_the_checkpoint_is_refused_naming_both(
-    classifier_reference, deit_reference, dinov2_reference,
+    classifier_reference,
+    deit_reference,
+    dinov2_reference,
 ):
     hf_vit = os.path.join(classifier_reference[0], "model.safetensors")
     for arguments, message in (
@@ -560,12 +630,19 @@ def test_a_choice_that_contradicts_the_checkpoint_is_refused_naming_both(
         with pytest.raises(ValueError, match=message):
             builder(hf_vit, classes=5, **arguments)
     with pytest.raises(ValueError, match="distillation_token=False contradicts"):
-        builder(os.path.join(deit_reference[0], "model.safetensors"), classes=5,
-                distillation_token=False)
+        builder(
+            os.path.join(deit_reference[0], "model.safetensors"),
+            classes=5,
+            distillation_token=False,
+        )
     with pytest.raises(ValueError, match="normalization='inception' contradicts"):
         keras_vit.VisionTransformer(
-            **ARCH, input_shape=(16, 16, 3), include_top=False, normalization="inception",
-            weights=os.path.join(dinov2_reference[0], "model.safetensors"))
+            **ARCH,
+            input_shape=(16, 16, 3),
+            include_top=False,
+            normalization="inception",
+            weights=os.path.join(dinov2_reference[0], "model.safetensors"),
+        )
     # Choices the file does not record stay the user's, and agreeing ones are fine.
     agreeing = builder(hf_vit, classes=5, approximate_gelu=False, layer_norm_epsilon=1e-12)
     assert max_error(agreeing, classifier_reference[0], 16, "logits") <= 1e-5
@@ -575,36 +652,51 @@ def test_a_builder_given_a_file_builds_its_size_and_head(classifier_reference):
     out, _ = classifier_reference
     path = os.path.join(out, "model.safetensors")
     # Told only the variant: the file's input size and its trained head.
-    model = keras_vit.VisionTransformer(**ARCH, include_rescaling=False,
-                                        classifier_activation=None, weights=path)
+    model = keras_vit.VisionTransformer(
+        **ARCH, include_rescaling=False, classifier_activation=None, weights=path
+    )
     assert model.input_shape == (None, 16, 16, 3)
     assert max_error(model, out, 16, "logits") <= 1e-5
     # Chosen: another size resamples the table, another class count is a new head.
-    other = keras_vit.VisionTransformer(**ARCH, input_shape=(24, 24, 3), classes=3,
-                                        weights=path)
+    other = keras_vit.VisionTransformer(**ARCH, input_shape=(24, 24, 3), classes=3, weights=path)
     assert other.output_shape == (None, 3)
     assert not np.any(other.get_layer("head").get_weights()[0])
     # Shapes that are not the model's: the weight and both shapes named, before any work.
     for change, message in (
-        ({"hidden_dim": 64}, r"hidden_dim=32, not the hidden_dim=64 .* "
-                             r"'patch_embedding/kernel' has shape \(4, 4, 3, 32\), "
-                             r"the model's \(4, 4, 3, 64\)"),
-        ({"num_layers": 3}, r"num_layers=2, .*its last block is 'encoderblock_1', "
-                            r"the model's 'encoderblock_2'"),
-        ({"mlp_dim": 128}, r"'encoderblock_0/mlp_dense_1/kernel' has shape \(32, 64\), "
-                           r"the model's \(32, 128\)"),
-        ({"num_heads": 8}, r"num_heads=4, not the num_heads=8 .*qkv_kernel' has shape "
-                           r"\(32, 3, 4, 8\), the model's \(32, 3, 8, 4\)"),
+        (
+            {"hidden_dim": 64},
+            r"hidden_dim=32, not the hidden_dim=64 .* "
+            r"'patch_embedding/kernel' has shape \(4, 4, 3, 32\), "
+            r"the model's \(4, 4, 3, 64\)",
+        ),
+        (
+            {"num_layers": 3},
+            r"num_layers=2, .*its last block is 'encoderblock_1', "
+            r"the model's 'encoderblock_2'",
+        ),
+        (
+            {"mlp_dim": 128},
+            r"'encoderblock_0/mlp_dense_1/kernel' has shape \(32, 64\), "
+            r"the model's \(32, 128\)",
+        ),
+        (
+            {"num_heads": 8},
+            r"num_heads=4, not the num_heads=8 .*qkv_kernel' has shape "
+            r"\(32, 3, 4, 8\), the model's \(32, 3, 8, 4\)",
+        ),
         ({"patch_size": 8}, r"patch_size=\(4, 4\), not the patch_size=\(8, 8\)"),
     ):
         with pytest.raises(ValueError, match=message):
             keras_vit.VisionTransformer(**{**ARCH, **change}, weights=path)
     # Every difference at once, each weight named once.
-    with pytest.raises(ValueError, match=r"patch_size=\(4, 4\), hidden_dim=32, num_layers=2, "
-                                         r"mlp_dim=64, num_heads=4, not the patch_size=\(16, 16\), "
-                                         r"hidden_dim=192, .*'patch_embedding/kernel' has shape "
-                                         r"\(4, 4, 3, 32\), the model's \(16, 16, 3, 192\); its "
-                                         r"last block"):
+    with pytest.raises(
+        ValueError,
+        match=r"patch_size=\(4, 4\), hidden_dim=32, num_layers=2, "
+        r"mlp_dim=64, num_heads=4, not the patch_size=\(16, 16\), "
+        r"hidden_dim=192, .*'patch_embedding/kernel' has shape "
+        r"\(4, 4, 3, 32\), the model's \(16, 16, 3, 192\); its "
+        r"last block",
+    ):
         keras_vit.ViTTi16(weights=path)
     # from_checkpoint refuses what contradicts the file as the builders do.
     with pytest.raises(ValueError, match="approximate_gelu=True contradicts"):
@@ -616,26 +708,42 @@ def test_a_builder_given_a_file_builds_its_size_and_head(classifier_reference):
 
 
 def test_one_model_at_run_time_resolution_matches_the_reference_at_every_size(
-    classifier_reference, deit_reference, dinov2_registers_reference,
+    classifier_reference,
+    deit_reference,
+    dinov2_registers_reference,
 ):
     cases = {
         "HF ViT (bicubic)": (classifier_reference, (16, 24, 32)),
         "HF DeiT distilled (bicubic)": (deit_reference, (16, 24)),
-        "HF DINOv2 with registers (antialiased bicubic)": (dinov2_registers_reference, (16, 24, 12)),
+        "HF DINOv2 with registers (antialiased bicubic)": (
+            dinov2_registers_reference,
+            (16, 24, 12),
+        ),
     }
     for case, ((out, _), sizes) in cases.items():
         path = os.path.join(out, "model.safetensors")
         model = keras_vit.VisionTransformer(
-            **ARCH, input_shape=(None, None, 3), include_rescaling=False, classes=5,
-            classifier_activation=None, weights=path,
+            **ARCH,
+            input_shape=(None, None, 3),
+            include_rescaling=False,
+            classes=5,
+            classifier_activation=None,
+            weights=path,
         )
         positions = model.get_layer("position_embedding")
         assert positions.grid_size == (4, 4), case  # the checkpoint's own table
         for size in sizes:
             assert max_error(model, out, size, "logits") <= 1e-5, (case, size)
-            fixed = from_checkpoint(path, include_rescaling=False, classifier_activation=None,
-                                    input_shape=(size, size, 3))
+            fixed = from_checkpoint(
+                path,
+                include_rescaling=False,
+                classifier_activation=None,
+                input_shape=(size, size, 3),
+            )
             images = np.load(os.path.join(out, f"images_{size}.npy"))
             np.testing.assert_allclose(  # as the table resampled once at load
-                model.predict(images, verbose=0), fixed.predict(images, verbose=0),
-                atol=1e-5, err_msg=f"{case}, {size} px")
+                model.predict(images, verbose=0),
+                fixed.predict(images, verbose=0),
+                atol=1e-5,
+                err_msg=f"{case}, {size} px",
+            )

@@ -55,7 +55,7 @@ def test_registered_name_downloads_once_and_builds_the_checkpoint_model(publishe
     scale = np.asarray(model.get_layer("rescaling").scale)
     np.testing.assert_allclose(scale, 1 / (255 * np.array([0.229, 0.224, 0.225])))
     # Cached: a second build needs no source file at all.
-    os.remove(register.__defaults__[1][len("file://"):])
+    os.remove(register.__defaults__[1][len("file://") :])
     again = keras_vit.ViTTi16(weights="test-ckpt", classes=10, input_shape=(48, 48, 3))
     assert again.get_layer("position_embedding").grid_size == (3, 3)
 
@@ -66,7 +66,9 @@ def test_hash_mismatch_and_offline_fail_with_where_to_put_the_file(published_fil
     with pytest.raises(RuntimeError, match="put it at .*keras_vit.Ti_16-test.npz"):
         keras_vit.ViTTi16(weights="test-ckpt")
     register(url="http://127.0.0.1:9/Ti_16-other.npz")  # nothing listens: offline
-    with pytest.raises(RuntimeError, match="Could not download .*127.0.0.1.*or pass its local path"):
+    with pytest.raises(
+        RuntimeError, match="Could not download .*127.0.0.1.*or pass its local path"
+    ):
         keras_vit.ViTTi16(weights="test-ckpt")
 
 
@@ -75,8 +77,13 @@ def test_unknown_names_list_what_is_registered():
         keras_vit.ViTB16(weights="imagenet22k")
     with pytest.raises(ValueError, match="registered for this architecture \\(registered: none\\)"):
         keras_vit.VisionTransformer(
-            patch_size=4, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
-            input_shape=(16, 16, 3), weights="imagenet21k",
+            patch_size=4,
+            hidden_dim=32,
+            num_layers=1,
+            num_heads=2,
+            mlp_dim=64,
+            input_shape=(16, 16, 3),
+            weights="imagenet21k",
         )
 
 
@@ -96,7 +103,7 @@ def test_published_table():
 
 def test_unhashed_entries_are_pinned_on_first_use(published_file, tmp_path):
     source, register = published_file
-    origin = register.__defaults__[1][len("file://"):]
+    origin = register.__defaults__[1][len("file://") :]
     checkpoint = register(sha256=None)
     path = registry.fetch(checkpoint)
     with open(path, "rb") as f:

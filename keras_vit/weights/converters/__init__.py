@@ -19,6 +19,7 @@ from keras_vit.weights.converters import huggingface, keras_vit, official, timm
 
 SOURCES = {"official": official, "huggingface": huggingface, "timm": timm, "keras_vit": keras_vit}
 
+
 def detect_layout(tensors):
     """`"official"`, `"huggingface"` or `"timm"`, from the tensor names."""
     names = set(tensors)

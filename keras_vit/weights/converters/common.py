@@ -2,6 +2,7 @@
 
 import numpy as np
 
+
 def linear(weight):
     """PyTorch `(out, in)` Linear weight -> Keras `(in, out)` kernel."""
     return np.ascontiguousarray(weight.T)

@@ -10,7 +10,14 @@ epsilon and pixel normalisation come from `config.json` and
 
 import re
 
-from keras_vit.weights.converters.common import dense, heads, linear, norm, out_projection, stack_qkv
+from keras_vit.weights.converters.common import (
+    dense,
+    heads,
+    linear,
+    norm,
+    out_projection,
+    stack_qkv,
+)
 from keras_vit.weights.readers import read_json_beside
 
 _BLOCK = {
@@ -72,12 +79,18 @@ def to_canonical(tensors, num_heads):
         projection = re.fullmatch(r"attention\.attention\.(query|key|value)", module)
         if projection:
             kind = "kernel" if param == "weight" else "bias"
-            value = heads(linear(value), num_heads) if kind == "kernel" else value.reshape(num_heads, -1)
+            value = (
+                heads(linear(value), num_heads)
+                if kind == "kernel"
+                else value.reshape(num_heads, -1)
+            )
             qkv[(index, kind, projection[1])] = value
         elif module == "attention.output.dense":
             out.update(out_projection(prefix, param, value, num_heads))
         elif module in ("layer_scale1", "layer_scale2"):
-            out[prefix + ("attention_scale" if module.endswith("1") else "mlp_scale") + "/gamma"] = value
+            out[
+                prefix + ("attention_scale" if module.endswith("1") else "mlp_scale") + "/gamma"
+            ] = value
         elif module in _BLOCK:
             target = _BLOCK[module]
             convert = norm if target.endswith("norm") else dense
@@ -98,7 +111,9 @@ def function_arguments(path, arguments):
     """The GELU form, LayerNorm epsilon and pixel normalisation of the file's config."""
     config = read_json_beside(path, "config.json")
     arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
-        "gelu_new", "gelu_pytorch_tanh", "gelu_fast"
+        "gelu_new",
+        "gelu_pytorch_tanh",
+        "gelu_fast",
     )
     arguments["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-12))
     preprocessor = read_json_beside(path, "preprocessor_config.json")

@@ -10,6 +10,7 @@ import re
 from keras_vit.weights.converters.common import dense, linear, norm, out_projection
 from keras_vit.weights.readers import read_json_beside
 
+
 def to_canonical(tensors, num_heads):
     out = {}
     simple = {
@@ -33,7 +34,7 @@ def to_canonical(tensors, num_heads):
         elif name == "pre_logits.fc.weight":
             out["pre_logits/kernel"] = linear(value)
         elif name.startswith("attn_pool."):
-            out.update(_attention_pool(name[len("attn_pool."):], value, num_heads))
+            out.update(_attention_pool(name[len("attn_pool.") :], value, num_heads))
         match = re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias|gamma)", name)
         if not match:
             continue
@@ -70,14 +71,17 @@ def _attention_pool(name, value, num_heads):
             parts = () if module == "q" else (2,)
             shape = ((value.shape[-1],) if param == "weight" else ()) + parts + (num_heads, -1)
         value = linear(value) if param == "weight" else value
-        return {f"map_head/{target}_{'kernel' if param == 'weight' else 'bias'}":
-                value.reshape(shape)}
+        return {
+            f"map_head/{target}_{'kernel' if param == 'weight' else 'bias'}": value.reshape(shape)
+        }
     if module == "norm":
         return norm("map_head/norm", param, value)
     if module in ("mlp.fc1", "mlp.fc2"):
         return dense("map_head/mlp_dense_" + module[-1], param, value)
-    raise ValueError(f"timm attention pool tensor {'attn_pool.' + name!r} has no place "
-                     "in keras_vit's MAP head (e.g. a latent length above 1 or q/k norms).")
+    raise ValueError(
+        f"timm attention pool tensor {'attn_pool.' + name!r} has no place "
+        "in keras_vit's MAP head (e.g. a latent length above 1 or q/k norms)."
+    )
 
 
 def function_arguments(path, arguments):
