@@ -1,17 +1,16 @@
-"""keras_vit: the Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch)."""
+"""keras_vit: the Vision Transformer for Keras 3 (TensorFlow, JAX, PyTorch).
 
-from keras_vit import (
-    data,
-    distribution,
-    export,
-    inspect,
-    layers,
-    models,
-    ops,
-    pretraining,
-    training,
-    weights,
-)
+`import keras_vit` loads the library floor: layers, models, checkpoints and
+the optimizers that trained models name. The application floor (`data`,
+`training`, `pretraining`, `export`, `inspect`, `distribution`) loads when a
+program first uses it, e.g. `keras_vit.training.train(...)`: a program that
+only builds or loads models never imports tf.data, matplotlib or the
+exporters.
+"""
+
+import importlib
+
+from keras_vit import layers, models, ops, optimizers, weights
 from keras_vit.models import (
     VisionTransformer,
     ViTB8,
@@ -29,3 +28,16 @@ from keras_vit.models import (
 from keras_vit.weights import from_checkpoint
 
 __version__ = "0.1.0"
+
+_APPLICATION_FLOOR = ("data", "distribution", "export", "inspect", "pretraining", "training")
+
+
+def __getattr__(name):
+    # PEP 562: `keras_vit.training` etc. import on first use.
+    if name in _APPLICATION_FLOOR:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_APPLICATION_FLOOR))

@@ -12,12 +12,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "keras_vit")
 
 # What each part may import of keras_vit (itself included); see docs/architecture.md.
-LIBRARY = {"ops", "layers", "models", "weights"}
+LIBRARY = {"ops", "layers", "models", "weights", "optimizers"}
 ALLOWED = {
     "ops": {"ops"},
     "layers": {"ops", "layers"},
     "models": {"ops", "layers", "models"},
     "weights": {"ops", "layers", "models", "weights"},
+    "optimizers": {"ops", "layers", "optimizers"},
     "data": {"data"},
     "distribution": LIBRARY | {"distribution"},
     "inspect": LIBRARY | {"inspect"},
@@ -51,9 +52,15 @@ def imported_parts(path):
 
 
 def modules_of(folder):
-    """Every module of a part, its sub-packages' included."""
-    return [os.path.join(here, name) for here, _, names in os.walk(folder)
-            for name in names if name.endswith(".py")]
+    """Every module of a part, its sub-packages' included (a part may be one module)."""
+    if os.path.isfile(f"{folder}.py"):
+        return [f"{folder}.py"]
+    return [
+        os.path.join(here, name)
+        for here, _, names in os.walk(folder)
+        for name in names
+        if name.endswith(".py")
+    ]
 
 
 def test_every_part_imports_only_the_parts_below_it():
@@ -62,10 +69,11 @@ def test_every_part_imports_only_the_parts_below_it():
         for path in sorted(modules_of(os.path.join(PACKAGE, part))):
             found = imported_parts(path)
             name = os.path.relpath(path, ROOT)
-            violations += [f"{name} imports keras_vit.{other}"
-                           for other in sorted(found - allowed)]
-    violations += [f"keras_vit/_compat.py imports keras_vit.{other}"
-                   for other in sorted(imported_parts(os.path.join(PACKAGE, "_compat.py")))]
+            violations += [f"{name} imports keras_vit.{other}" for other in sorted(found - allowed)]
+    violations += [
+        f"keras_vit/_compat.py imports keras_vit.{other}"
+        for other in sorted(imported_parts(os.path.join(PACKAGE, "_compat.py")))
+    ]
     assert not violations, "\n".join(violations)
 
 
@@ -84,16 +92,21 @@ def imported_modules(path):
 def test_the_package_never_imports_the_console_script_and_its_first_module_only_the_stdlib():
     import sys
 
-    importing = [os.path.relpath(path, ROOT) for path in modules_of(PACKAGE)
-                 if "keras_vit_launcher" in imported_modules(path)]
+    importing = [
+        os.path.relpath(path, ROOT)
+        for path in modules_of(PACKAGE)
+        if "keras_vit_launcher" in imported_modules(path)
+    ]
     assert not importing, importing  # the package works without the launcher beside it
     # The launcher loads `_native_output` before Keras or TensorFlow may load.
     beyond = imported_modules(os.path.join(PACKAGE, "_native_output.py")) - set(
-        sys.stdlib_module_names)
+        sys.stdlib_module_names
+    )
     assert not beyond, beyond
     # The launcher: TensorFlow (loaded quietly), then keras_vit's `cli`.
     assert imported_modules(os.path.join(ROOT, "keras_vit_launcher.py")) - set(
-        sys.stdlib_module_names) == {"tensorflow", "keras_vit"}
+        sys.stdlib_module_names
+    ) == {"tensorflow", "keras_vit"}
 
 
 def test_the_check_sees_lazy_imports(tmp_path):
@@ -104,5 +117,7 @@ def test_the_check_sees_lazy_imports(tmp_path):
 
 
 def test_the_check_sees_every_module_of_a_part():
-    found = {os.path.relpath(path, PACKAGE) for path in modules_of(os.path.join(PACKAGE, "weights"))}
+    found = {
+        os.path.relpath(path, PACKAGE) for path in modules_of(os.path.join(PACKAGE, "weights"))
+    }
     assert os.path.join("weights", "converters", "timm.py") in found

@@ -21,16 +21,26 @@ from tests.conftest import BACKEND, SUITE_BACKENDS
 
 # Under TensorFlow these checks run on JAX (see `library_backend`): when the
 # JAX suite runs beside this one, it makes the same checks.
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    BACKEND == "tensorflow" and "jax" in SUITE_BACKENDS,
-    reason="the JAX suite runs the library floor on JAX")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        BACKEND == "tensorflow" and "jax" in SUITE_BACKENDS,
+        reason="the JAX suite runs the library floor on JAX",
+    ),
+]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Every distribution that only the extras (`train`, `export`, `onnx`) install.
 APPLICATION_ONLY = (
-    "tensorflow", "tensorflow_datasets", "tf_keras", "matplotlib", "tf2onnx",
-    "onnxruntime", "ai_edge_litert", "tensorflow_serving",
+    "tensorflow",
+    "tensorflow_datasets",
+    "tf_keras",
+    "matplotlib",
+    "tf2onnx",
+    "onnxruntime",
+    "ai_edge_litert",
+    "tensorflow_serving",
 )
 
 HIDE_APPLICATION_FLOOR = textwrap.dedent(
@@ -62,7 +72,10 @@ def run_without_application_floor(code, backend, hidden=APPLICATION_ONLY):
     environment = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": python_path}
     done = subprocess.run(
         [sys.executable, "-c", HIDE_APPLICATION_FLOOR + textwrap.dedent(code), ",".join(hidden)],
-        env=environment, capture_output=True, text=True, timeout=600,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -100,6 +113,9 @@ def test_builds_vit_b16_and_loads_a_checkpoint_without_tensorflow():
         import numpy as np
         import keras
         import keras_vit
+        loaded_on_import = sorted(name for name in sys.modules if name.split(".")[:2] in (
+            ["keras_vit", part] for part in ("data", "training", "pretraining", "export",
+                                             "inspect", "distribution")))
         from keras_vit.weights.converters.official import to_official
 
         vit_b16 = keras_vit.ViTB16()
@@ -122,10 +138,12 @@ def test_builds_vit_b16_and_loads_a_checkpoint_without_tensorflow():
             "backend": keras.backend.backend(),
             "vit_b16_parameters": vit_b16.count_params(),
             "errors": errors,
-            "subpackages": [name for name in ("ops", "layers", "models", "weights", "data", "training",
-                                              "pretraining", "export", "inspect", "distribution")
+            "subpackages": [name for name in ("ops", "layers", "models", "weights", "data",
+                                              "training", "pretraining", "export", "inspect",
+                                              "distribution")
                             if hasattr(keras_vit, name)],
             "hidden_but_imported": sorted(set(sys.argv[1].split(",")) & set(sys.modules)),
+            "applications_loaded_on_import": loaded_on_import,
         }))
         """,
         library_backend(),
@@ -133,8 +151,9 @@ def test_builds_vit_b16_and_loads_a_checkpoint_without_tensorflow():
     assert result["backend"] == library_backend()
     assert result["vit_b16_parameters"] == 86_567_656  # the paper's 86M
     assert max(result["errors"]) < 1e-6
-    # `import keras_vit` reaches every part; the application's parts import
-    # their dependencies only when used.
+    # `import keras_vit` reaches every part, but loads the application's
+    # parts only when used, and they import their dependencies only when used.
+    assert result["applications_loaded_on_import"] == []
     assert len(result["subpackages"]) == 10
     assert result["hidden_but_imported"] == []
 
@@ -145,7 +164,8 @@ def test_an_application_job_without_its_extra_says_what_to_install():
         import json
         from keras_vit import cli
         codes = {}
-        for command in (["train", "--epochs", "1"], ["export", "model.keras"], ["convert", "x", "y"]):
+        commands = (["train", "--epochs", "1"], ["export", "model.keras"], ["convert", "x", "y"])
+        for command in commands:
             try:
                 cli.main(command)
             except SystemExit as exit:

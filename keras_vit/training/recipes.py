@@ -10,84 +10,11 @@ higher resolution.
 """
 
 import dataclasses
-import math
 
 import keras
-from keras import ops
 
-from keras_vit._compat import SumReplicasBeforeClipping
 from keras_vit.layers.conv_stem import replicated_tensorflow
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up from 0 to `peak_learning_rate`, then cosine or linear decay.
-
-    Args:
-        peak_learning_rate: float, the rate reached at `warmup_steps`.
-        total_steps: int, the step at which the decay ends.
-        warmup_steps: int, steps of linear warm-up.
-        decay: `"cosine"` or `"linear"`.
-        end_learning_rate: float, the rate at `total_steps` and after.
-
-    Example:
-
-    >>> schedule = WarmupDecay(1e-3, total_steps=100, warmup_steps=10)
-    >>> [round(float(schedule(s)), 6) for s in (0, 5, 10, 55, 100)]
-    [0.0, 0.0005, 0.001, 0.0005, 0.0]
-    """
-
-    def __init__(
-        self,
-        peak_learning_rate,
-        total_steps,
-        warmup_steps=0,
-        decay="cosine",
-        end_learning_rate=0.0,
-    ):
-        if decay not in ("cosine", "linear"):
-            raise ValueError(
-                f"`decay` must be 'cosine' or 'linear'. Received: decay={decay!r}"
-            )
-        if not isinstance(total_steps, int) or total_steps < 1:
-            raise ValueError(
-                f"`total_steps` must be a positive int. Received: total_steps={total_steps!r}"
-            )
-        if not isinstance(warmup_steps, int) or not 0 <= warmup_steps <= total_steps:
-            raise ValueError(
-                f"`warmup_steps` must be an int in [0, total_steps={total_steps}]. "
-                f"Received: warmup_steps={warmup_steps!r}"
-            )
-        self.peak_learning_rate = float(peak_learning_rate)
-        self.total_steps = total_steps
-        self.warmup_steps = warmup_steps
-        self.decay = decay
-        self.end_learning_rate = float(end_learning_rate)
-
-    def __call__(self, step):
-        step = ops.cast(step, "float32")
-        peak, end = self.peak_learning_rate, self.end_learning_rate
-        warmup = step / max(self.warmup_steps, 1) * peak
-        progress = ops.clip(
-            (step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1),
-            0.0,
-            1.0,
-        )
-        if self.decay == "cosine":
-            shape = 0.5 * (1.0 + ops.cos(math.pi * progress))
-        else:
-            shape = 1.0 - progress
-        return ops.where(step < self.warmup_steps, warmup, end + (peak - end) * shape)
-
-    def get_config(self):
-        return {
-            "peak_learning_rate": self.peak_learning_rate,
-            "total_steps": self.total_steps,
-            "warmup_steps": self.warmup_steps,
-            "decay": self.decay,
-            "end_learning_rate": self.end_learning_rate,
-        }
-
+from keras_vit.optimizers import ReplicatedAdamW, ReplicatedSGD, WarmupDecay
 
 # On TensorFlow, XLA pays for itself after about this many training steps:
 # compiling the small model's step and evaluation takes 4.6 s more than
@@ -99,7 +26,11 @@ TENSORFLOW_XLA_MIN_STEPS = 200
 # Weight-path parts that the paper's weight decay skips: every bias, the
 # LayerNorms, the position embeddings and the class token.
 _NO_DECAY_LAYERS = (
-    "norm", "position_embedding", "class_token", "distillation_token", "register_tokens",
+    "norm",
+    "position_embedding",
+    "class_token",
+    "distillation_token",
+    "register_tokens",
 )
 
 
@@ -118,16 +49,6 @@ def no_weight_decay_variables(model):
         ):
             skipped.append(variable)
     return skipped
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class ReplicatedAdamW(SumReplicasBeforeClipping, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` that clips the summed gradient of all replicas."""
-
-
-@keras.saving.register_keras_serializable(package="keras_vit")
-class ReplicatedSGD(SumReplicasBeforeClipping, keras.optimizers.SGD):
-    """`keras.optimizers.SGD` that clips the summed gradient of all replicas."""
 
 
 def pretraining_optimizer(
@@ -208,7 +129,7 @@ class Recipe:
 
     def __str__(self):
         """One readable line, e.g. for a training log."""
-        optimizer = ("AdamW" if self.optimizer == "adamw" else "SGD with momentum 0.9")
+        optimizer = "AdamW" if self.optimizer == "adamw" else "SGD with momentum 0.9"
         parts = [
             f"{optimizer}, learning rate {self.learning_rate:g} "
             f"({self.warmup_fraction:.0%} warm-up, then {self.decay} decay)",
@@ -219,7 +140,9 @@ class Recipe:
             parts.append(f"gradient clip {self.clipnorm:g}")
         for name in ("label_smoothing", "dropout_rate", "drop_path_rate", "patch_dropout_rate"):
             if getattr(self, name):
-                parts.append(f"{name.replace('_rate', '').replace('_', ' ')} {getattr(self, name):g}")
+                parts.append(
+                    f"{name.replace('_rate', '').replace('_', ' ')} {getattr(self, name):g}"
+                )
         return ", ".join(parts)
 
     def make_optimizer(self, model, total_steps, gradient_accumulation_steps=None):
@@ -236,11 +159,15 @@ class Recipe:
         )
         if self.optimizer == "sgd":
             return finetuning_optimizer(
-                schedule, clipnorm=self.clipnorm,
+                schedule,
+                clipnorm=self.clipnorm,
                 gradient_accumulation_steps=gradient_accumulation_steps,
             )
         return pretraining_optimizer(
-            model, schedule, weight_decay=self.weight_decay, beta_2=self.beta_2,
+            model,
+            schedule,
+            weight_decay=self.weight_decay,
+            beta_2=self.beta_2,
             clipnorm=self.clipnorm,
             gradient_accumulation_steps=gradient_accumulation_steps,
         )
@@ -261,18 +188,23 @@ class Recipe:
         if keras.backend.backend() == "jax":
             kwargs.setdefault("jit_compile", True)
         elif keras.backend.backend() == "tensorflow":
-            kwargs.setdefault("jit_compile", not replicated_tensorflow()
-                              and total_steps >= TENSORFLOW_XLA_MIN_STEPS)
+            kwargs.setdefault(
+                "jit_compile",
+                not replicated_tensorflow() and total_steps >= TENSORFLOW_XLA_MIN_STEPS,
+            )
         if "loss" not in kwargs:
             kwargs["loss"] = keras.losses.CategoricalCrossentropy(
                 from_logits=True, label_smoothing=self.label_smoothing
             )
             # The cross-entropy without label smoothing: the test loss every
             # command reports, the same quantity as `keras-vit evaluate`'s.
-            kwargs.setdefault("metrics", [
-                keras.metrics.CategoricalAccuracy(name="accuracy"),
-                keras.metrics.CategoricalCrossentropy(from_logits=True, name="cross_entropy"),
-            ])
+            kwargs.setdefault(
+                "metrics",
+                [
+                    keras.metrics.CategoricalAccuracy(name="accuracy"),
+                    keras.metrics.CategoricalCrossentropy(from_logits=True, name="cross_entropy"),
+                ],
+            )
         model.compile(
             optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
             **kwargs,
@@ -290,15 +222,23 @@ RECIPES = {
     "pretrain": Recipe(),
     # The paper's fine-tuning (Appendix B.1.1); the rate is its sweep's middle.
     "finetune": Recipe(
-        optimizer="sgd", learning_rate=0.01, weight_decay=0.0, warmup_fraction=0.05,
-        decay="cosine", dropout_rate=0.0,
+        optimizer="sgd",
+        learning_rate=0.01,
+        weight_decay=0.0,
+        warmup_fraction=0.05,
+        decay="cosine",
+        dropout_rate=0.0,
     ),
     # From scratch on a small dataset in a few epochs (the `keras-vit train`
     # default): a higher rate, lighter decay, cosine, no dropout, label
     # smoothing 0.1 (on Fashion-MNIST: 91.2% vs 90.4% without, same 8 epochs).
     "small": Recipe(
-        learning_rate=2e-3, weight_decay=0.05, warmup_fraction=0.1, decay="cosine",
-        dropout_rate=0.0, label_smoothing=0.1,
+        learning_rate=2e-3,
+        weight_decay=0.05,
+        warmup_fraction=0.1,
+        decay="cosine",
+        dropout_rate=0.0,
+        label_smoothing=0.1,
     ),
 }
 
@@ -309,7 +249,6 @@ def get_recipe(recipe):
         return recipe
     if recipe not in RECIPES:
         raise ValueError(
-            f"`recipe` must be one of {tuple(RECIPES)} or a Recipe. "
-            f"Received: recipe={recipe!r}"
+            f"`recipe` must be one of {tuple(RECIPES)} or a Recipe. Received: recipe={recipe!r}"
         )
     return RECIPES[recipe]
