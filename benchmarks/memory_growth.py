@@ -29,7 +29,7 @@ CASE = textwrap.dedent(
                     return int(line.split()[1]) / 1024
 
     import keras, keras_vit
-    from keras_vit.training.loop import SMALL_MODEL
+    from keras_vit.models.variants import SMALL_MODEL
 
     calls, warmup, batch_size = (int(arg) for arg in sys.argv[1:4])
     model = keras_vit.VisionTransformer(**SMALL_MODEL, input_shape=(28, 28, 1), classes=10)
@@ -63,7 +63,9 @@ def measure(backend, calls, warmup, batch_size=32):
     done = subprocess.run(
         [sys.executable, "-c", CASE, str(calls), str(warmup), str(batch_size)],
         env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode:
         raise RuntimeError(f"{backend} failed:\n{done.stderr[-3000:]}")

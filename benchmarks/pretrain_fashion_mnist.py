@@ -47,20 +47,29 @@ def finetune(pretrained, images, labels, test, fraction, seed):
 
     import keras_vit
     from keras_vit import data as vit_data
+    from keras_vit.models.variants import SMALL_MODELS
     from keras_vit.pretraining import transfer_encoder
     from keras_vit.training import get_recipe
-    from keras_vit.training.loop import SMALL_MODELS
 
     batch_size, epochs = BUDGETS[fraction]
     subset = labelled_subset(labels, fraction, seed)
     keras.utils.set_random_seed(seed)
     train = vit_data.from_arrays(
-        images[subset], labels[subset], image_size=28, channels=1, training=True,
-        crop_scale=None, batch_size=batch_size, seed=seed,
+        images[subset],
+        labels[subset],
+        image_size=28,
+        channels=1,
+        training=True,
+        crop_scale=None,
+        batch_size=batch_size,
+        seed=seed,
     )
     model = keras_vit.VisionTransformer(
-        **SMALL_MODELS["small/4"], input_shape=(28, 28, 1), classes=10,
-        classifier_activation=None, seed=seed,
+        **SMALL_MODELS["small/4"],
+        input_shape=(28, 28, 1),
+        classes=10,
+        classifier_activation=None,
+        seed=seed,
     )
     if pretrained is not None:
         transfer_encoder(pretrained, model)
@@ -103,11 +112,15 @@ def main():
         if not os.path.isfile(model_path):
             start = time.perf_counter()
             run = pretrain(
-                "fashion_mnist", objective=objective, epochs=args.pretrain_epochs,
-                output_dir=output_dir, batch_size=128,
+                "fashion_mnist",
+                objective=objective,
+                epochs=args.pretrain_epochs,
+                output_dir=output_dir,
+                batch_size=128,
             )
             results["pretraining"][objective] = {
-                **run["metrics"], "wall_seconds": round(time.perf_counter() - start, 1)
+                **run["metrics"],
+                "wall_seconds": round(time.perf_counter() - start, 1),
             }
         pretrained[objective] = model_path
 
@@ -116,8 +129,14 @@ def main():
             for name, path in pretrained.items():
                 start = time.perf_counter()
                 accuracy, count = finetune(path, images, labels, test, fraction, seed)
-                row = dict(init=name, fraction=fraction, labels=count, seed=seed,
-                           test_accuracy=accuracy, seconds=round(time.perf_counter() - start, 1))
+                row = dict(
+                    init=name,
+                    fraction=fraction,
+                    labels=count,
+                    seed=seed,
+                    test_accuracy=accuracy,
+                    seconds=round(time.perf_counter() - start, 1),
+                )
                 results["finetuning"].append(row)
                 print(json.dumps(row), flush=True)
 
@@ -126,8 +145,11 @@ def main():
     for fraction in args.fractions:
         cells = []
         for name in pretrained:
-            values = [r["test_accuracy"] for r in results["finetuning"]
-                      if r["init"] == name and r["fraction"] == fraction]
+            values = [
+                r["test_accuracy"]
+                for r in results["finetuning"]
+                if r["init"] == name and r["fraction"] == fraction
+            ]
             spread = statistics.stdev(values) if len(values) > 1 else 0.0
             cells.append(f"{100 * np.mean(values):.2f}% ± {100 * spread:.2f}")
         print(f"| {fraction:.0%} | {' | '.join(cells)} |")

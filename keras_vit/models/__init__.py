@@ -2,6 +2,7 @@
 
 from keras_vit.models.variants import (
     PUBLISHED,
+    SMALL_MODELS,
     decode_variant,
     flop_count,
     parameter_count,
@@ -19,7 +20,7 @@ from keras_vit.models.vision_transformer import (
     ViTS32,
     ViTTi16,
     default_image_size,
-    patch_pixels,
     encoder_blocks,
     feature_extractor,
+    patch_pixels,
 )

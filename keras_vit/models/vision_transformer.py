@@ -1,6 +1,9 @@
 """The Vision Transformer as a functional Keras model, and its builders."""
 
+import contextlib
+import inspect
 import os
+import typing
 
 import keras
 import numpy as np
@@ -99,8 +102,12 @@ class _FromWeights:
 # What the encoder computes: with `weights=`, the checkpoint's, and a
 # contradicting choice is an error.
 _ENCODER_DEFAULTS = {
-    "normalization": "inception", "class_token": True, "distillation_token": False,
-    "num_register_tokens": 0, "layer_scale_init": None, "approximate_gelu": True,
+    "normalization": "inception",
+    "class_token": True,
+    "distillation_token": False,
+    "num_register_tokens": 0,
+    "layer_scale_init": None,
+    "approximate_gelu": True,
     "layer_norm_epsilon": 1e-6,
 }
 # The head's shape: the checkpoint's unless the user chooses another head.
@@ -114,14 +121,19 @@ _SHAPE_DEFAULTS = {"classes": 1000}
 _RESOLUTION_DEFAULTS = {"resample_method": "bicubic", "base_image_size": None}
 _FROM_WEIGHTS = {
     name: _FromWeights(value)
-    for name, value in {**_ENCODER_DEFAULTS, **_HEAD_DEFAULTS, **_RESOLUTION_DEFAULTS,
-                        **_SHAPE_DEFAULTS}.items()
+    for name, value in {
+        **_ENCODER_DEFAULTS,
+        **_HEAD_DEFAULTS,
+        **_RESOLUTION_DEFAULTS,
+        **_SHAPE_DEFAULTS,
+    }.items()
 }
 # What a builder given `weights=` takes from the checkpoint unless set.
 FROM_CHECKPOINT = frozenset(_FROM_WEIGHTS)
 # The builder arguments that a checkpoint's shapes fix, and the weight that shows each.
 _ARCHITECTURE_WEIGHTS = {
-    "patch_size": "patch_embedding/kernel", "hidden_dim": "patch_embedding/kernel",
+    "patch_size": "patch_embedding/kernel",
+    "hidden_dim": "patch_embedding/kernel",
     "mlp_dim": "encoderblock_0/mlp_dense_1/kernel",
     "num_heads": "encoderblock_0/attention/qkv_kernel",
     "num_layers": "encoderblock_{last}",
@@ -183,11 +195,15 @@ def _check_architecture(source, weights, asked):
             continue
         weight = _ARCHITECTURE_WEIGHTS[name]
         if name == "num_layers":
-            shown = (f"its last block is {weight.format(last=theirs - 1)!r}, the model's "
-                     f"{weight.format(last=value - 1)!r}")
+            shown = (
+                f"its last block is {weight.format(last=theirs - 1)!r}, the model's "
+                f"{weight.format(last=value - 1)!r}"
+            )
         else:
-            shown = (f"its {weight!r} has shape {_weight_shape(name, source)}, the model's "
-                     f"{_weight_shape(name, ours)}")
+            shown = (
+                f"its {weight!r} has shape {_weight_shape(name, source)}, the model's "
+                f"{_weight_shape(name, ours)}"
+            )
         differences.append((name, theirs, value, shown))
     if differences:
         raise ValueError(
@@ -242,43 +258,9 @@ def _checkpoint_function(given, source, recorded, weights, input_channels):
     return chosen
 
 
-def VisionTransformer(
-    patch_size=16,
-    hidden_dim=768,
-    num_layers=12,
-    num_heads=12,
-    mlp_dim=3072,
-    *,
-    include_top=True,
-    weights=None,
-    input_tensor=None,
-    input_shape=None,
-    pooling=_FROM_WEIGHTS["pooling"],
-    classes=_FROM_WEIGHTS["classes"],
-    classifier_activation="softmax",
-    include_rescaling=True,
-    normalization=_FROM_WEIGHTS["normalization"],
-    representation_size=_FROM_WEIGHTS["representation_size"],
-    class_token=_FROM_WEIGHTS["class_token"],
-    distillation_token=_FROM_WEIGHTS["distillation_token"],
-    num_register_tokens=_FROM_WEIGHTS["num_register_tokens"],
-    stem_filters=None,
-    stem_strides=None,
-    stem_downsampling="convolution",
-    position_embedding="learned",
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-    drop_path_rate=0.0,
-    patch_dropout_rate=0.0,
-    layer_scale_init=_FROM_WEIGHTS["layer_scale_init"],
-    approximate_gelu=_FROM_WEIGHTS["approximate_gelu"],
-    layer_norm_epsilon=_FROM_WEIGHTS["layer_norm_epsilon"],
-    base_image_size=_FROM_WEIGHTS["base_image_size"],
-    resample_method=_FROM_WEIGHTS["resample_method"],
-    seed=None,
-    name="vision_transformer",
-):
-    """Builds a Vision Transformer (Dosovitskiy et al. 2020) as a functional model.
+@keras.saving.register_keras_serializable(package="keras_vit")
+class VisionTransformer(keras.Model):
+    """A Vision Transformer (Dosovitskiy et al. 2020): a functional Keras model.
 
     The image is rescaled to `[-1, 1]` (with `include_rescaling`), cut into
     patches that are linearly embedded, a class token is prepended,
@@ -323,7 +305,8 @@ def VisionTransformer(
             resamples its position embeddings inside the graph for each
             (see `base_image_size` and `resample_method`); a size that is
             not a multiple is an error naming it when the images arrive.
-        pooling: default the checkpoint's, else `"token"`: `"token"` (class token), `"gap"` (mean of patch tokens),
+        pooling: (the checkpoint's, else `"token"`) `"token"` (class token),
+            `"gap"` (mean of patch tokens),
             `"token_gap"` (both, concatenated, as DINOv2's classifiers),
             `"map"` (multihead attention pooling: a learned probe attends
             over the patch tokens, then an MLP, as big_vision's MAPHead and
@@ -346,13 +329,15 @@ def VisionTransformer(
             paper's pre-training head.
         class_token: (the checkpoint's, else `True`) bool, whether to prepend
             a class token.
-        distillation_token: (the checkpoint's, else `False`) bool, DeiT's distillation token (Touvron et al.
+        distillation_token: (the checkpoint's, else `False`) bool, DeiT's
+            distillation token (Touvron et al.
             2021): a second learned token after the class token, with its
             own position embedding and its own head (`head_dist`); the
             model's logits are the mean of the two heads' logits, as DeiT
             predicts at inference. Needs `class_token` and
             `pooling="token"`.
-        num_register_tokens: (the checkpoint's, else 0) int, the number of register tokens (Darcet et
+        num_register_tokens: (the checkpoint's, else 0) int, the number of
+            register tokens (Darcet et
             al. 2023, DINOv2 with registers): learned tokens without
             position embeddings, inserted after the class token and
             ignored by the pooling.
@@ -395,6 +380,17 @@ def VisionTransformer(
             `"bicubic_antialias"` (DINOv2 with registers) or `"bilinear"`.
         seed: int or `None`, seed of dropout and stochastic depth.
         name: str, the model's name.
+        trainable: bool, whether the model's weights are trained.
+        dtype: `None` (the global dtype policy) or a dtype policy (e.g.
+            `"mixed_bfloat16"`) to build the layers under.
+
+    The model's `get_config` is these arguments as built, a checkpoint's
+    values in place of those it decided (never `weights` or
+    `input_tensor`), so a `.keras` file reloads by building the model again
+    and a configuration can be read and edited as data. A model changed in
+    place after it was built (quantized, LoRA, frozen layers, or grafted
+    onto layers before `input_tensor`) saves its graph instead and reloads
+    as a plain functional model.
 
     Returns:
         A `keras.Model`: logits or probabilities `(batch, classes)`; with
@@ -411,56 +407,159 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
-    # Everything is checked before any weight is created or downloaded.
-    patch_size = _pair(patch_size, "patch_size")
+
+    def __init__(
+        self,
+        patch_size=16,
+        hidden_dim=768,
+        num_layers=12,
+        num_heads=12,
+        mlp_dim=3072,
+        *,
+        include_top=True,
+        weights=None,
+        input_tensor=None,
+        input_shape=None,
+        pooling=_FROM_WEIGHTS["pooling"],
+        classes=_FROM_WEIGHTS["classes"],
+        classifier_activation="softmax",
+        include_rescaling=True,
+        normalization=_FROM_WEIGHTS["normalization"],
+        representation_size=_FROM_WEIGHTS["representation_size"],
+        class_token=_FROM_WEIGHTS["class_token"],
+        distillation_token=_FROM_WEIGHTS["distillation_token"],
+        num_register_tokens=_FROM_WEIGHTS["num_register_tokens"],
+        stem_filters=None,
+        stem_strides=None,
+        stem_downsampling="convolution",
+        position_embedding="learned",
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        patch_dropout_rate=0.0,
+        layer_scale_init=_FROM_WEIGHTS["layer_scale_init"],
+        approximate_gelu=_FROM_WEIGHTS["approximate_gelu"],
+        layer_norm_epsilon=_FROM_WEIGHTS["layer_norm_epsilon"],
+        base_image_size=_FROM_WEIGHTS["base_image_size"],
+        resample_method=_FROM_WEIGHTS["resample_method"],
+        seed=None,
+        name="vision_transformer",
+        trainable=True,
+        dtype=None,
+    ):
+        given = {key: value for key, value in locals().items() if key in _ARGUMENTS}
+        # Everything is checked before any weight is created or downloaded.
+        arguments, variant = _resolve_checkpoint(given, weights, input_tensor)
+        plan = _plan(arguments)
+        weights_path = None if weights is None else _reader().resolve(weights, variant)[0]
+        # A configuration names its dtype policy; layers take the global one.
+        with _global_dtype_policy(dtype):
+            if input_tensor is None:
+                images = inputs = keras.Input(shape=arguments["input_shape"], name="images")
+            else:
+                images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
+            super().__init__(inputs, _assemble(images, arguments, plan), name=name)
+        self.trainable = trainable
+        # What `get_config` returns: the arguments as resolved (a checkpoint's
+        # values in place of its defaults), so a file rebuilds this function.
+        self._arguments = arguments
+        self._grafted = input_tensor is not None and not (
+            len(inputs) == 1 and inputs[0] is input_tensor
+        )
+        if weights_path is not None:
+            _reader().load(self, weights_path, arguments["resample_method"])
+
+    def get_config(self):
+        if self._grafted or _changed_in_place(self):
+            # Its graph is no longer what the arguments build (layers before
+            # the input, quantized or frozen layers): the graph's own config.
+            return keras.Model(self.inputs, self.outputs, name=self.name).get_config()
+        arguments = dict(self._arguments)
+        if callable(arguments["classifier_activation"]):
+            arguments["classifier_activation"] = keras.activations.serialize(
+                arguments["classifier_activation"]
+            )
+        return {
+            **arguments,
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype": self.dtype_policy.name,
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        if "layers" in config:  # a graph's config (see `get_config`)
+            return keras.Model.from_config(config, custom_objects=custom_objects)
+        return cls(**config)
+
+
+# The arguments that a model's configuration holds (all but `weights`,
+# `input_tensor` and what Keras keeps itself: name, trainable, dtype).
+_ARGUMENTS = tuple(
+    name
+    for name in inspect.signature(VisionTransformer).parameters
+    if name not in ("weights", "input_tensor", "name", "trainable", "dtype")
+)
+
+
+@contextlib.contextmanager
+def _global_dtype_policy(dtype):
+    if dtype is None:
+        yield
+        return
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _changed_in_place(model):
+    """Whether a model's layers were changed after it was built (quantized, LoRA, frozen)."""
+    for variable in model.weights:
+        if not keras.backend.is_float_dtype(variable.dtype) or any(
+            marker in variable.path for marker in ("lora_kernel", "amax_history")
+        ):
+            return True
+    return model.trainable and any(not layer.trainable for layer in model.layers)
+
+
+def _resolve_checkpoint(given, weights, input_tensor):
+    """The builder's arguments with a checkpoint's values where the user left them unset.
+
+    Reads what the checkpoint records (a registered name's entry, a file's
+    shapes and configs): no download, no weight. Also checks that the file's
+    shapes are the model's, and the input shape. Returns the arguments and
+    the variant's name (for the registry).
+    """
+    arguments = dict(given)
+    arguments["patch_size"] = patch_size = _pair(given["patch_size"], "patch_size")
+    width, depth, heads, mlp = (
+        given[name] for name in ("hidden_dim", "num_layers", "num_heads", "mlp_dim")
+    )
     checkpoint = variant = None
     source, recorded = {}, set()
     if weights is not None:
         if patch_size[0] == patch_size[1]:
-            variant = variant_name(
-                patch_size[0], hidden_dim, num_layers, num_heads, mlp_dim
-            )
+            variant = variant_name(patch_size[0], width, depth, heads, mlp)
         checkpoint = _reader().registered(weights, variant)
-        source, recorded = _reader().function_arguments(weights, variant, num_heads)
-        _check_architecture(source, weights, {
-            "patch_size": patch_size, "hidden_dim": hidden_dim, "num_layers": num_layers,
-            "mlp_dim": mlp_dim, "num_heads": num_heads,
-        })
+        source, recorded = _reader().function_arguments(weights, variant, heads)
+        shape = {"patch_size": patch_size, "hidden_dim": width, "num_layers": depth}
+        _check_architecture(source, weights, {**shape, "mlp_dim": mlp, "num_heads": heads})
+    input_shape = given["input_shape"]
     if input_shape is None and input_tensor is None:
         if checkpoint is not None:
             input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
         elif "input_shape" in source:
             input_shape = source["input_shape"]
-    if isinstance(classes, _FromWeights):
-        classes = source.get("classes", classes.default)
-    input_shape = _validate_input_shape(input_shape, input_tensor)
-    function = _checkpoint_function(
-        {"normalization": normalization, "class_token": class_token,
-         "distillation_token": distillation_token, "num_register_tokens": num_register_tokens,
-         "layer_scale_init": layer_scale_init, "approximate_gelu": approximate_gelu,
-         "layer_norm_epsilon": layer_norm_epsilon, "pooling": pooling,
-         "representation_size": representation_size,
-         "base_image_size": base_image_size, "resample_method": resample_method},
-        source, recorded, weights, input_shape[-1],
-    )
-    resample_method = function["resample_method"]
-    if resample_method not in vit_layers.position_embedding.RESAMPLE_METHODS:
-        raise ValueError(
-            f"`resample_method` must be one of {vit_layers.position_embedding.RESAMPLE_METHODS}. "
-            f"Received: resample_method={resample_method!r}"
-        )
-    dynamic = None in input_shape[:2]
-    vit_layers.patch_dropout.check_rate(patch_dropout_rate, "patch_dropout_rate")
-    if patch_dropout_rate and dynamic:
-        raise ValueError(
-            "patch_dropout_rate needs a fixed input size; a model of run-time "
-            f"resolution was asked for. Received: patch_dropout_rate="
-            f"{patch_dropout_rate!r}, input_shape={input_shape!r}"
-        )
-    if dynamic:
-        table_size = _pair(function["base_image_size"] or DEFAULT_INPUT_SHAPE[0],
-                           "base_image_size")
-    else:
+    arguments["input_shape"] = input_shape = _validate_input_shape(input_shape, input_tensor)
+    if isinstance(given["classes"], _FromWeights):
+        arguments["classes"] = source.get("classes", given["classes"].default)
+    function = {name: given[name] for name in _FROM_WEIGHTS if name != "classes"}
+    arguments.update(_checkpoint_function(function, source, recorded, weights, input_shape[-1]))
+    if None not in input_shape[:2]:
+        base_image_size = given["base_image_size"]
         if not isinstance(base_image_size, _FromWeights) and base_image_size is not None:
             if _pair(base_image_size, "base_image_size") != tuple(input_shape[:2]):
                 raise ValueError(
@@ -469,182 +568,210 @@ def VisionTransformer(
                     f"table is laid out for its input. Received: base_image_size="
                     f"{base_image_size!r}, input_shape={input_shape!r}"
                 )
-        table_size = tuple(input_shape[:2])
-    normalization = function["normalization"]
-    class_token, distillation_token = function["class_token"], function["distillation_token"]
-    num_register_tokens, layer_scale_init = (function["num_register_tokens"],
-                                             function["layer_scale_init"])
-    approximate_gelu, layer_norm_epsilon = (function["approximate_gelu"],
-                                            function["layer_norm_epsilon"])
-    pooling, representation_size = function["pooling"], function["representation_size"]
-    rescaling = _pixel_rescaling(normalization, input_shape[-1])
-    stem = None
-    feature_size = table_size
-    if stem_filters is not None:
-        stem = vit_layers.ConvStem(
-            stem_filters, stem_strides, downsampling=stem_downsampling, name="stem"
+        arguments["base_image_size"] = None  # the table is laid out for the input
+    return arguments, variant
+
+
+class _Plan(typing.NamedTuple):
+    """What the arguments make of the image: derived once, checked before any layer."""
+
+    dynamic: bool  # a model of run-time resolution
+    rescaling: dict  # `Rescaling`'s scale and offset
+    stem: object  # the `ConvStem`, or None
+    grid_size: tuple  # the position table's grid
+
+
+def _plan(arguments):
+    """Checks the resolved arguments together; returns what assembling them needs."""
+    a = arguments
+    if a["resample_method"] not in vit_layers.position_embedding.RESAMPLE_METHODS:
+        raise ValueError(
+            f"`resample_method` must be one of {vit_layers.position_embedding.RESAMPLE_METHODS}. "
+            f"Received: resample_method={a['resample_method']!r}"
         )
-        feature_size = stem.output_size(feature_size)
-    grid_size = vit_layers.patch_grid(feature_size, patch_size)
+    input_shape = a["input_shape"]
+    dynamic = None in input_shape[:2]
+    vit_layers.patch_dropout.check_rate(a["patch_dropout_rate"], "patch_dropout_rate")
+    if a["patch_dropout_rate"] and dynamic:
+        raise ValueError(
+            "patch_dropout_rate needs a fixed input size; a model of run-time "
+            f"resolution was asked for. Received: patch_dropout_rate="
+            f"{a['patch_dropout_rate']!r}, input_shape={input_shape!r}"
+        )
+    if dynamic:
+        table_size = _pair(a["base_image_size"] or DEFAULT_INPUT_SHAPE[0], "base_image_size")
+    else:
+        table_size = tuple(input_shape[:2])
+    rescaling = _pixel_rescaling(a["normalization"], input_shape[-1])
+    stem = None
+    if a["stem_filters"] is not None:
+        stem = vit_layers.ConvStem(
+            a["stem_filters"], a["stem_strides"], downsampling=a["stem_downsampling"], name="stem"
+        )
+        table_size = stem.output_size(table_size)
+    grid_size = vit_layers.patch_grid(table_size, a["patch_size"])
+    pooling, include_top = a["pooling"], a["include_top"]
     if pooling not in POOLINGS and not (pooling is None and not include_top):
         allowed = POOLINGS if include_top else POOLINGS + (None,)
         raise ValueError(
             f"`pooling` must be one of {allowed} (None only with "
             f"include_top=False). Received: pooling={pooling!r}"
         )
-    if pooling in ("token", "token_gap") and not class_token:
-        raise ValueError(
-            f"pooling={pooling!r} needs a class token. Received: class_token=False"
-        )
-    if distillation_token and not (class_token and pooling == "token"):
+    if pooling in ("token", "token_gap") and not a["class_token"]:
+        raise ValueError(f"pooling={pooling!r} needs a class token. Received: class_token=False")
+    if a["distillation_token"] and not (a["class_token"] and pooling == "token"):
         raise ValueError(
             "distillation_token=True needs class_token=True and "
-            f"pooling='token'. Received: class_token={class_token!r}, "
+            f"pooling='token'. Received: class_token={a['class_token']!r}, "
             f"pooling={pooling!r}"
         )
-    if distillation_token and include_top and representation_size:
+    if a["distillation_token"] and include_top and a["representation_size"]:
         raise ValueError(
             "distillation_token=True has two heads and no pre_logits layer. "
-            f"Received: representation_size={representation_size!r}"
+            f"Received: representation_size={a['representation_size']!r}"
         )
-    if not isinstance(num_register_tokens, int) or num_register_tokens < 0:
+    registers = a["num_register_tokens"]
+    if not isinstance(registers, int) or registers < 0:
         raise ValueError(
-            "`num_register_tokens` must be an int >= 0. Received: "
-            f"num_register_tokens={num_register_tokens!r}"
+            "`num_register_tokens` must be an int >= 0. "
+            f"Received: num_register_tokens={registers!r}"
         )
+    classes = a["classes"]
     if include_top and (not isinstance(classes, int) or classes < 1):
+        raise ValueError(f"`classes` must be a positive int. Received: classes={classes!r}")
+    if a["hidden_dim"] % a["num_heads"]:
         raise ValueError(
-            f"`classes` must be a positive int. Received: classes={classes!r}"
+            f"hidden_dim {a['hidden_dim']} is not divisible by num_heads {a['num_heads']}."
         )
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}."
-        )
-    weights_path = None
-    if weights is not None:
-        weights_path, _ = _reader().resolve(weights, variant)
+    return _Plan(dynamic, rescaling, stem, grid_size)
 
-    def sublayer_seed(offset):
-        return None if seed is None else seed + offset
 
-    if input_tensor is not None:
-        images = input_tensor
-    else:
-        images = keras.Input(shape=input_shape, name="images")
+def _assemble(images, arguments, plan):
+    """The model's output tensor for `images`: embedding, encoder, head."""
+    tokens, num_prefix_tokens = _embed(images, arguments, plan)
+    tokens = _encode(tokens, arguments)
+    return _head(tokens, arguments, num_prefix_tokens)
+
+
+def _sublayer_seed(arguments, offset):
+    return None if arguments["seed"] is None else arguments["seed"] + offset
+
+
+def _embed(images, arguments, plan):
+    """Pixels to the encoder's input tokens; also returns how many precede the patches."""
+    a, width = arguments, arguments["hidden_dim"]
     x = images
-    if include_rescaling:
-        x = keras.layers.Rescaling(**rescaling, name="rescaling")(x)
-    if stem is not None:
-        x = stem(x)
-    if dynamic:
+    if a["include_rescaling"]:
+        x = keras.layers.Rescaling(**plan.rescaling, name="rescaling")(x)
+    if plan.stem is not None:
+        x = plan.stem(x)
+    patches = None
+    if plan.dynamic:
         # The patch grid is known when an image arrives; the position
         # embeddings read it from the unflattened patches.
         patches = vit_layers.PatchEmbedding(
-            patch_size, hidden_dim, flatten=False, name="patch_embedding"
+            a["patch_size"], width, flatten=False, name="patch_embedding"
         )(x)
-        x = keras.layers.Reshape((-1, hidden_dim), name="patch_tokens")(patches)
+        x = keras.layers.Reshape((-1, width), name="patch_tokens")(patches)
     else:
-        x = vit_layers.PatchEmbedding(patch_size, hidden_dim, name="patch_embedding")(x)
+        x = vit_layers.PatchEmbedding(a["patch_size"], width, name="patch_embedding")(x)
     # Token order: class, distillation, registers, patches. Registers come
     # after the position embeddings, which they have none of.
-    if distillation_token:
+    if a["distillation_token"]:
         x = vit_layers.ClassToken(name="distillation_token")(x)
-    if class_token:
+    if a["class_token"]:
         x = vit_layers.ClassToken(name="class_token")(x)
-    num_embedded_prefix = int(class_token) + int(distillation_token)
+    num_embedded_prefix = int(a["class_token"]) + int(a["distillation_token"])
     x = vit_layers.PositionEmbedding(
-        grid_size,
+        plan.grid_size,
         num_prefix_tokens=num_embedded_prefix,
-        kind=position_embedding,
-        resample_method=resample_method,
+        kind=a["position_embedding"],
+        resample_method=a["resample_method"],
         name="position_embedding",
-    )(x, grid=patches if dynamic else None)
-    if num_register_tokens:
+    )(x, grid=patches)
+    if a["num_register_tokens"]:
         x = vit_layers.RegisterTokens(
-            num_register_tokens, index=num_embedded_prefix, name="register_tokens"
+            a["num_register_tokens"], index=num_embedded_prefix, name="register_tokens"
         )(x)
-    num_prefix_tokens = num_embedded_prefix + num_register_tokens
-    if patch_dropout_rate:
+    num_prefix_tokens = num_embedded_prefix + a["num_register_tokens"]
+    if a["patch_dropout_rate"]:
         x = vit_layers.PatchDropout(
-            patch_dropout_rate, num_prefix_tokens=num_prefix_tokens,
-            seed=sublayer_seed(1), name="patch_dropout",
+            a["patch_dropout_rate"],
+            num_prefix_tokens=num_prefix_tokens,
+            seed=_sublayer_seed(a, 1),
+            name="patch_dropout",
         )(x)
-    x = keras.layers.Dropout(dropout_rate, seed=sublayer_seed(0), name="dropout")(x)
-    for index, block_drop_path in enumerate(
-        np.linspace(0.0, drop_path_rate, num_layers)
-    ):
-        x = vit_layers.TransformerBlock(
-            num_heads=num_heads,
-            mlp_dim=mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            drop_path_rate=float(block_drop_path),
-            layer_scale_init=layer_scale_init,
-            approximate_gelu=approximate_gelu,
-            layer_norm_epsilon=layer_norm_epsilon,
-            seed=sublayer_seed(10 * (index + 1)),
+    x = keras.layers.Dropout(a["dropout_rate"], seed=_sublayer_seed(a, 0), name="dropout")(x)
+    return x, num_prefix_tokens
+
+
+def _encode(tokens, arguments):
+    """The pre-norm Transformer blocks and the final LayerNorm."""
+    a = arguments
+    rates = np.linspace(0.0, a["drop_path_rate"], a["num_layers"])  # rising to the last block
+    for index, drop_path_rate in enumerate(rates):
+        tokens = vit_layers.TransformerBlock(
+            num_heads=a["num_heads"],
+            mlp_dim=a["mlp_dim"],
+            dropout_rate=a["dropout_rate"],
+            attention_dropout_rate=a["attention_dropout_rate"],
+            drop_path_rate=float(drop_path_rate),
+            layer_scale_init=a["layer_scale_init"],
+            approximate_gelu=a["approximate_gelu"],
+            layer_norm_epsilon=a["layer_norm_epsilon"],
+            seed=_sublayer_seed(a, 10 * (index + 1)),
             name=f"encoderblock_{index}",
-        )(x)
-    x = vit_layers.LayerNormalization(
-        epsilon=layer_norm_epsilon, name="encoder_norm"
-    )(x)
-    tokens = x
+        )(tokens)
+    return vit_layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="encoder_norm")(
+        tokens
+    )
+
+
+def _head(tokens, arguments, num_prefix_tokens):
+    """Pooling, the optional `pre_logits` layer and the classifier (or the tokens)."""
+    a, pooling, x = arguments, arguments["pooling"], tokens
     if pooling == "map":
         x = vit_layers.AttentionPooling(
-            num_heads, mlp_dim, num_prefix_tokens=num_prefix_tokens,
-            approximate_gelu=approximate_gelu, layer_norm_epsilon=layer_norm_epsilon,
+            a["num_heads"],
+            a["mlp_dim"],
+            num_prefix_tokens=num_prefix_tokens,
+            approximate_gelu=a["approximate_gelu"],
+            layer_norm_epsilon=a["layer_norm_epsilon"],
             name="map_head",
         )(tokens)
     elif pooling is not None:
-        x = vit_layers.TokenPooling(
-            pooling, num_prefix_tokens=num_prefix_tokens, name="pooling"
-        )(tokens)
-    if pooling is not None:
-        if representation_size:
-            x = keras.layers.Dense(
-                representation_size, activation="tanh", name="pre_logits"
-            )(x)
-    if include_top:
-        # The head computes in the variable dtype (float32 under mixed
-        # precision), so logits and probabilities come out in float32.
-        head_dtype = keras.dtype_policies.get(
-            keras.config.dtype_policy()
-        ).variable_dtype
-        if not distillation_token:
-            x = keras.layers.Dense(
-                classes,
-                activation=classifier_activation,
-                kernel_initializer="zeros",
-                name="head",
-                dtype=head_dtype,
-            )(x)
-        else:
-            distilled = vit_layers.TokenPooling(
-                "token",
-                num_prefix_tokens=num_prefix_tokens,
-                token_index=1,
-                name="distillation_pooling",
-            )(tokens)
-            logits = [
-                keras.layers.Dense(
-                    classes, kernel_initializer="zeros", name=head_name, dtype=head_dtype
-                )(features)
-                for head_name, features in (("head", x), ("head_dist", distilled))
-            ]
-            x = keras.layers.Average(name="head_average", dtype=head_dtype)(logits)
-            if classifier_activation is not None:
-                x = keras.layers.Activation(
-                    classifier_activation, name="predictions", dtype=head_dtype
-                )(x)
-    inputs = (
-        keras.utils.get_source_inputs(input_tensor)
-        if input_tensor is not None
-        else images
-    )
-    model = keras.Model(inputs, x, name=name)
-    if weights_path is not None:
-        _reader().load(model, weights_path, resample_method)
-    return model
+        x = vit_layers.TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, name="pooling")(
+            tokens
+        )
+    if pooling is not None and a["representation_size"]:
+        x = keras.layers.Dense(a["representation_size"], activation="tanh", name="pre_logits")(x)
+    if not a["include_top"]:
+        return x
+    # The head computes in the variable dtype (float32 under mixed
+    # precision), so logits and probabilities come out in float32.
+    head_dtype = keras.dtype_policies.get(keras.config.dtype_policy()).variable_dtype
+    classes, activation = a["classes"], a["classifier_activation"]
+    if not a["distillation_token"]:
+        return keras.layers.Dense(
+            classes,
+            activation=activation,
+            kernel_initializer="zeros",
+            name="head",
+            dtype=head_dtype,
+        )(x)
+    distilled = vit_layers.TokenPooling(
+        "token", num_prefix_tokens=num_prefix_tokens, token_index=1, name="distillation_pooling"
+    )(tokens)
+    logits = [
+        keras.layers.Dense(classes, kernel_initializer="zeros", name=head_name, dtype=head_dtype)(
+            features
+        )
+        for head_name, features in (("head", x), ("head_dist", distilled))
+    ]
+    x = keras.layers.Average(name="head_average", dtype=head_dtype)(logits)
+    if activation is not None:
+        x = keras.layers.Activation(activation, name="predictions", dtype=head_dtype)(x)
+    return x
 
 
 def default_image_size(model):
@@ -672,7 +799,9 @@ def patch_pixels(model):
     >>> patch_pixels(model)
     (4, 4)
     """
-    stride = model.get_layer("stem").stride if any(l.name == "stem" for l in model.layers) else 1
+    stride = (
+        model.get_layer("stem").stride if any(layer.name == "stem" for layer in model.layers) else 1
+    )
     return tuple(side * stride for side in model.get_layer("patch_embedding").patch_size)
 
 
@@ -721,8 +850,7 @@ def feature_extractor(model, blocks=None):
     for index in indices:
         if not -len(block_layers) <= index < len(block_layers):
             raise ValueError(
-                f"Block index {index} is out of range for a model with "
-                f"{len(block_layers)} blocks."
+                f"Block index {index} is out of range for a model with {len(block_layers)} blocks."
             )
         layer = block_layers[index]
         outputs[layer.name] = layer.output
@@ -766,6 +894,7 @@ MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     ```
     """
+
 
 def _builder(variant):
     architecture = decode_variant(variant)

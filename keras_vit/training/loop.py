@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from keras_vit.models.variants import SMALL_MODEL, SMALL_MODELS  # noqa: F401 (re-exported)
 from keras_vit.training.run import (
     Run,
     check_dataset_source,
@@ -17,32 +18,6 @@ from keras_vit.training.run import (
     dataset_reference,
     path_reference,
 )
-
-# The default model of `keras-vit train`: a small hybrid ViT for 28x28
-# images (the paper's hybrid input: tokens from a CNN's feature map).
-# Three CNN stages (3x3 convolution, BatchNorm, ReLU; 16, 64, 128 channels)
-# turn the image into a 4x4 map of 1x1 patches for 2 Transformer blocks of
-# width 96: the first two stages halve the map with 2x2 max pooling, the
-# last with a stride-2 convolution. The first stage's pooling is what lifts
-# it above a small CNN (stride-2 convolutions throughout score about a point
-# lower); the last stage's strided convolution and the 16-channel first
-# stage make a step about a third cheaper than three 32-64-128 pooled
-# stages, and the 9 epochs that buys beat their 6. How it compares with the
-# plain ViT, other stems and a small CNN on Fashion-MNIST: docs/training.md.
-SMALL_MODEL = dict(
-    patch_size=1, hidden_dim=96, num_layers=2, num_heads=4, mlp_dim=192,
-    stem_filters=(16, 64, 128), stem_strides=(2, 2, 2),
-    stem_downsampling=("max_pool", "max_pool", "convolution"),
-    class_token=False, pooling="gap",
-)
-# The same width on 4x4 pixel patches (7x7 of them at 28 px) and 4 blocks:
-# the paper's plain ViT, which masked-patch pre-training needs (a stem's
-# receptive field would show the encoder the pixels it must predict).
-SMALL_PATCH_MODEL = dict(
-    patch_size=4, hidden_dim=64, num_layers=4, num_heads=4, mlp_dim=128,
-    class_token=True, pooling="token",
-)
-SMALL_MODELS = {"small": SMALL_MODEL, "small/4": SMALL_PATCH_MODEL}
 
 OUTPUT_FILES = ("class_names.json",)  # beside a run's common ones
 
@@ -230,20 +205,31 @@ def train(
     from keras_vit.training.backup import replace_atomically
 
     # Every argument is checked before any data is read or model built.
-    run = Run("train" if weights is None else "finetune", output_dir=output_dir,
-              overwrite=overwrite, epochs=epochs, batch_size=batch_size, recipe=recipe,
-              augmentation=augmentation, seed=seed, deterministic=deterministic, log=log,
-              output_files=OUTPUT_FILES)
+    run = Run(
+        "train" if weights is None else "finetune",
+        output_dir=output_dir,
+        overwrite=overwrite,
+        epochs=epochs,
+        batch_size=batch_size,
+        recipe=recipe,
+        augmentation=augmentation,
+        seed=seed,
+        deterministic=deterministic,
+        log=log,
+        output_files=OUTPUT_FILES,
+    )
     recipe = run.recipe
     check_limit(limit)
     if patch_dropout_rate is not None:
         from keras_vit.layers.patch_dropout import check_rate
 
         recipe = dataclasses.replace(
-            recipe, patch_dropout_rate=check_rate(patch_dropout_rate, "patch_dropout_rate"))
+            recipe, patch_dropout_rate=check_rate(patch_dropout_rate, "patch_dropout_rate")
+        )
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
-            f"`validate_every` must be None or a positive int. Received: validate_every={validate_every!r}"
+            "`validate_every` must be None or a positive int. "
+            f"Received: validate_every={validate_every!r}"
         )
     if gradient_accumulation_steps is not None and (
         not isinstance(gradient_accumulation_steps, int) or gradient_accumulation_steps < 2
@@ -274,29 +260,44 @@ def train(
     # Before any TensorFlow computation: MultiWorkerMirroredStrategy must
     # be created first in the process.
     plan = distribute_engine(
-        distribute, model_parallel=model_parallel,
+        distribute,
+        model_parallel=model_parallel,
         model=source if weights is not None else arguments,
     )
-    run.open({
-        "dataset": dataset_reference(dataset), "data_dir": data_dir,
-        "validation_split": validation_split,
-        "model": None if weights is not None else model, "weights": path_reference(weights),
-        "image_size": image_size, "patch_size": patch_size, "distribute": distribute,
-        "gradient_accumulation_steps": gradient_accumulation_steps, "limit": limit,
-        "patch_dropout_rate": patch_dropout_rate,
-    }, output_dir=None if plan.is_chief else os.path.join(
-        output_dir, "workers", str(plan.worker_index)))
-    common = run.data_options(image_size, channels, data_dir, download,
-                              validation_split=validation_split)
+    run.open(
+        {
+            "dataset": dataset_reference(dataset),
+            "data_dir": data_dir,
+            "validation_split": validation_split,
+            "model": None if weights is not None else model,
+            "weights": path_reference(weights),
+            "image_size": image_size,
+            "patch_size": patch_size,
+            "distribute": distribute,
+            "gradient_accumulation_steps": gradient_accumulation_steps,
+            "limit": limit,
+            "patch_dropout_rate": patch_dropout_rate,
+        },
+        output_dir=None
+        if plan.is_chief
+        else os.path.join(output_dir, "workers", str(plan.worker_index)),
+    )
+    common = run.data_options(
+        image_size, channels, data_dir, download, validation_split=validation_split
+    )
     small_images = dataset == "fashion_mnist"
 
     def training_data(batch, shard):
         return vit_data.load(
-            dataset, "train", training=True,
+            dataset,
+            "train",
+            training=True,
             crop_scale=None if small_images else (0.08, 1.0),
             flip=True,
             augmentation=batch_augmentation(augmentation, seed),
-            batch_size=batch, shard=shard, limit=limit,
+            batch_size=batch,
+            shard=shard,
+            limit=limit,
             **common,
         )
 
@@ -339,7 +340,8 @@ def train(
         else:
             network = keras_vit.VisionTransformer(**arguments, **options)
         recipe.compile(
-            network, total_steps=steps_per_epoch * epochs,
+            network,
+            total_steps=steps_per_epoch * epochs,
             gradient_accumulation_steps=gradient_accumulation_steps,
         )
         plan.prepare(network)
@@ -348,16 +350,19 @@ def train(
     validation_freq = validate_every or epochs
     with plan.scope():
         history = run.fit(
-            network, train_data.data,
+            network,
+            train_data.data,
             validation_data=test_data.data if test_data is not None else None,
-            validation_freq=validation_freq, verbose=verbose,
+            validation_freq=validation_freq,
+            verbose=verbose,
         )
         metrics = {}
         if test_data is not None:
             logs = history.history
             if epochs % validation_freq == 0 and history.epoch and history.epoch[-1] == epochs - 1:
-                results = {k[len("val_"):]: v[-1] for k, v in logs.items()
-                           if k.startswith("val_")}  # the final model's
+                results = {
+                    k[len("val_") :]: v[-1] for k, v in logs.items() if k.startswith("val_")
+                }  # the final model's
             else:
                 results = network.evaluate(test_data.data, verbose=verbose, return_dict=True)
             # `loss` includes the recipe's label smoothing; `cross_entropy` does not.
@@ -368,6 +373,7 @@ def train(
             json.dump(list(train_data.class_names), f)
 
     replace_atomically(run.paths["class_names.json"], write_class_names)
-    metrics.update(parameters=network.count_params(), distribute=distribute,
-                   replicas=plan.num_replicas)
+    metrics.update(
+        parameters=network.count_params(), distribute=distribute, replicas=plan.num_replicas
+    )
     return run.finish(network, metrics)

@@ -96,15 +96,25 @@ def read_json_beside(path, name):
         return json.load(f)
 
 
-def keras_layer_configs(path):
-    """`{layer name: config}` of a `.keras` file's functional model.
+def keras_model_config(path):
+    """A `.keras` file's model: `{"class_name": ..., "config": {...}}`, from its `config.json`.
 
-    Read from the archive's `config.json`, without building anything.
+    Read without building anything.
     """
     try:
         with zipfile.ZipFile(path) as archive:
             config = json.loads(archive.read("config.json"))
-        layers = config["config"]["layers"]
-        return {layer["name"]: layer["config"] for layer in layers}
+        if not isinstance(config["config"], dict):
+            raise TypeError("its model has no configuration")
+        return config
     except (zipfile.BadZipFile, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path!r} is not a Keras model file: {error}") from None
+
+
+def keras_layer_configs(path):
+    """`{layer name: config}` of a `.keras` file's functional graph (`keras_model_config`)."""
+    try:
+        layers = keras_model_config(path)["config"]["layers"]
+        return {layer["name"]: layer["config"] for layer in layers}
+    except (KeyError, TypeError) as error:
         raise ValueError(f"{path!r} is not a Keras functional model file: {error}") from None

@@ -54,7 +54,7 @@ def test_every_published_builder_is_exported_with_its_architecture():
     arch = decode_variant("S/32")
     assert model.name == "vit_s32"
     assert model.get_layer("patch_embedding").kernel.shape == (32, 32, 3, 384)
-    assert len([l for l in model.layers if l.name.startswith("encoderblock_")]) == 12
+    assert len([la for la in model.layers if la.name.startswith("encoderblock_")]) == 12
     assert model.get_layer("encoderblock_0").attention.num_heads == arch["num_heads"]
     assert model.count_params() == parameter_count("S/32", image_size=64, classes=3)
 
@@ -77,9 +77,7 @@ def test_feature_outputs_without_top(images):
     assert features.output_shape == (None, 32)
     tokens = keras_vit.VisionTransformer(**TINY, include_top=False, pooling=None)
     assert tokens.output_shape == (None, 1 + 16, 32)
-    pre_logits = keras_vit.VisionTransformer(
-        **TINY, include_top=False, representation_size=24
-    )
+    pre_logits = keras_vit.VisionTransformer(**TINY, include_top=False, representation_size=24)
     out = ops.convert_to_numpy(pre_logits(images))
     assert out.shape == (4, 24)
     assert np.all(np.abs(out) <= 1.0)  # tanh
@@ -139,7 +137,7 @@ def test_normalization_maps_pixels_to_the_checkpoints_statistics(images, normali
         ops.convert_to_numpy(without(expected.astype("float32"))),
         atol=1e-5,
     )
-    rebuilt = keras.Model.from_config(model.get_config())
+    rebuilt = keras_vit.VisionTransformer.from_config(model.get_config())
     np.testing.assert_allclose(
         np.asarray(rebuilt.get_layer("rescaling").scale),
         np.asarray(model.get_layer("rescaling").scale),
@@ -150,7 +148,9 @@ def test_bad_normalization_names_the_value():
     with pytest.raises(ValueError, match="normalization='clip'"):
         keras_vit.VisionTransformer(**TINY, normalization="clip")
     with pytest.raises(ValueError, match="needs 1 means and 1 positive stds"):
-        keras_vit.VisionTransformer(**{**TINY, "input_shape": (16, 16, 1)}, normalization="imagenet")
+        keras_vit.VisionTransformer(
+            **{**TINY, "input_shape": (16, 16, 1)}, normalization="imagenet"
+        )
 
 
 def test_drop_path_rises_linearly_with_depth():
@@ -163,9 +163,7 @@ def test_feature_extractor_returns_every_block(images):
     model = randomize_weights(keras_vit.VisionTransformer(**{**TINY, "num_layers": 3}))
     features = keras_vit.feature_extractor(model)
     outputs = {k: ops.convert_to_numpy(v) for k, v in features(images).items()}
-    assert sorted(outputs) == [
-        "encoder_norm", "encoderblock_0", "encoderblock_1", "encoderblock_2"
-    ]
+    assert sorted(outputs) == ["encoder_norm", "encoderblock_0", "encoderblock_1", "encoderblock_2"]
     last = model.get_layer("encoderblock_2")
     assert features.get_layer("encoderblock_2") is last  # shares the layers
     norm = ops.convert_to_numpy(model.get_layer("encoder_norm")(outputs["encoderblock_2"]))
@@ -180,7 +178,8 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
     source.save_weights(path)
     loaded = keras_vit.VisionTransformer(**TINY, weights=path)
     np.testing.assert_allclose(
-        ops.convert_to_numpy(loaded(images)), ops.convert_to_numpy(source(images)),
+        ops.convert_to_numpy(loaded(images)),
+        ops.convert_to_numpy(source(images)),
         atol=1e-6,
     )
 
@@ -202,10 +201,14 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
         ({"num_register_tokens": -1}, "num_register_tokens=-1"),
         ({"pooling": "token_gap", "class_token": False}, "class_token=False"),
         ({"input_shape": (None, None, None)}, r"input_shape=\(None, None, None\)"),
-        ({"input_shape": (None, None, 3), "base_image_size": 100},
-         "100 is not divisible by patch size 16"),
-        ({"input_shape": (None, None, 3), "base_image_size": (224, 0)},
-         r"base_image_size=\(224, 0\)"),
+        (
+            {"input_shape": (None, None, 3), "base_image_size": 100},
+            "100 is not divisible by patch size 16",
+        ),
+        (
+            {"input_shape": (None, None, 3), "base_image_size": (224, 0)},
+            r"base_image_size=\(224, 0\)",
+        ),
         ({"base_image_size": 384}, r"base_image_size=384, input_shape=\(224, 224, 3\)"),
         ({"resample_method": "nearest"}, "resample_method='nearest'"),
     ],
@@ -228,26 +231,33 @@ def test_unknown_variant_and_wrong_patch_size():
 
 def test_wrong_channels_at_call_time_name_the_values():
     model = keras_vit.VisionTransformer(**TINY)
-    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 3, but received input with shape \(2, 16, 16, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expected axis -1 of input shape to have value 3, "
+        r"but received input with shape \(2, 16, 16, 1\)",
+    ):
         model(np.zeros((2, 16, 16, 1), "float32"))
 
 
 def test_model_config_round_trips(images):
     model = randomize_weights(keras_vit.VisionTransformer(**TINY, drop_path_rate=0.1))
-    clone = keras.Model.from_config(model.get_config())
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
+    # Keras' own cloning copies its graph (as a plain functional model).
+    cloned = keras.models.clone_model(model)
+    assert [layer.name for layer in cloned.layers] == [layer.name for layer in model.layers]
+    assert cloned.count_params() == model.count_params()
     clone.set_weights(model.get_weights())
     np.testing.assert_allclose(
-        ops.convert_to_numpy(clone(images)), ops.convert_to_numpy(model(images)),
+        ops.convert_to_numpy(clone(images)),
+        ops.convert_to_numpy(model(images)),
         atol=1e-6,
     )
 
 
 def test_distillation_token_model_averages_its_two_heads(images):
     model = randomize_weights(
-        keras_vit.VisionTransformer(
-            **TINY, distillation_token=True, classifier_activation=None
-        )
+        keras_vit.VisionTransformer(**TINY, distillation_token=True, classifier_activation=None)
     )
     tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
     tokens = ops.convert_to_numpy(tokens)
@@ -291,7 +301,7 @@ def test_token_options_round_trip_through_config(images):
     model = randomize_weights(
         keras_vit.VisionTransformer(**TINY, distillation_token=True, num_register_tokens=2)
     )
-    clone = keras.Model.from_config(model.get_config())
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
     clone.set_weights(model.get_weights())
     np.testing.assert_allclose(
         ops.convert_to_numpy(clone(images)), ops.convert_to_numpy(model(images)), atol=1e-6
@@ -319,8 +329,11 @@ def test_conv_stem_feeds_the_patch_embedding(images):
 
 def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
     model = keras_vit.VisionTransformer(
-        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)}, stem_filters=(4, 8, 16),
-        stem_downsampling="max_pool", include_top=False, pooling=None,
+        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)},
+        stem_filters=(4, 8, 16),
+        stem_downsampling="max_pool",
+        include_top=False,
+        pooling=None,
     )
     stem = model.get_layer("stem")
     # 28 px -> 14 -> 7 -> 4 (the odd side padded, as "same" pooling).
@@ -334,7 +347,7 @@ def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
     np.testing.assert_allclose(
         ops.convert_to_numpy(stem(x)), ops.convert_to_numpy(expected), atol=1e-6
     )
-    clone = keras.Model.from_config(model.get_config())
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
     assert clone.get_layer("stem").downsampling == "max_pool"
     with pytest.raises(ValueError, match="downsampling.*Received: downsampling='avg'"):
         keras_vit.VisionTransformer(**TINY, stem_filters=(8,), stem_downsampling="avg")
@@ -343,8 +356,11 @@ def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
 def test_stem_downsampling_per_stage_mixes_strided_and_pooled_stages():
     stages = ("convolution", "max_pool", "max_pool")
     model = keras_vit.VisionTransformer(
-        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)}, stem_filters=(4, 8, 16),
-        stem_downsampling=stages, include_top=False, pooling=None,
+        **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)},
+        stem_filters=(4, 8, 16),
+        stem_downsampling=stages,
+        include_top=False,
+        pooling=None,
     )
     stem = model.get_layer("stem")
     assert model.get_layer("position_embedding").grid_size == (4, 4)  # 28 -> 14 -> 7 -> 4
@@ -358,14 +374,19 @@ def test_stem_downsampling_per_stage_mixes_strided_and_pooled_stages():
     np.testing.assert_allclose(
         ops.convert_to_numpy(stem(x)), ops.convert_to_numpy(expected), atol=1e-6
     )
-    clone = keras.Model.from_config(model.get_config())
+    clone = keras_vit.VisionTransformer.from_config(model.get_config())
     assert clone.get_layer("stem").downsampling == stages
-    np.testing.assert_allclose(ops.convert_to_numpy(clone.get_layer("stem")(x)).shape,
-                               (2, 4, 4, 16))
-    with pytest.raises(ValueError, match="one of them for each of the 3 convolutions.*"
-                                         r"Received: downsampling=\('max_pool', 'max_pool'\)"):
-        keras_vit.VisionTransformer(**TINY, stem_filters=(8, 8, 8),
-                                    stem_downsampling=("max_pool", "max_pool"))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(clone.get_layer("stem")(x)).shape, (2, 4, 4, 16)
+    )
+    with pytest.raises(
+        ValueError,
+        match="one of them for each of the 3 convolutions.*"
+        r"Received: downsampling=\('max_pool', 'max_pool'\)",
+    ):
+        keras_vit.VisionTransformer(
+            **TINY, stem_filters=(8, 8, 8), stem_downsampling=("max_pool", "max_pool")
+        )
 
 
 DYNAMIC = {**TINY, "input_shape": (None, None, 3), "base_image_size": 16}
@@ -394,22 +415,26 @@ def test_one_model_takes_every_size_as_a_fixed_model_at_that_size():
     for size in ((16, 16), (24, 24), (32, 20), (8, 8)):
         images = rng.uniform(0, 255, (2, *size, 3)).astype("float32")
         fixed = _fixed_copy(model, size)
-        np.testing.assert_allclose(model.predict(images, verbose=0),
-                                   fixed.predict(images, verbose=0), atol=1e-5)
-    with pytest.raises(Exception, match=r"multiples of the patch size|18 is not divisible by patch size 4"):
+        np.testing.assert_allclose(
+            model.predict(images, verbose=0), fixed.predict(images, verbose=0), atol=1e-5
+        )
+    with pytest.raises(
+        Exception, match=r"multiples of the patch size|18 is not divisible by patch size 4"
+    ):
         model.predict(np.zeros((1, 18, 16, 3), "float32"), verbose=0)
 
 
 def test_run_time_resolution_trains_saves_and_loads(tmp_path):
     model = keras_vit.VisionTransformer(**DYNAMIC, classifier_activation=None)
-    model.compile(optimizer=keras.optimizers.SGD(0.05),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     rng = np.random.default_rng(0)
 
     def batches():  # one size per batch, three sizes
         for size in (16, 24, 12, 16, 24, 12):
-            yield (rng.uniform(0, 255, (4, size, size, 3)).astype("float32"),
-                   rng.integers(0, 5, 4))
+            yield (rng.uniform(0, 255, (4, size, size, 3)).astype("float32"), rng.integers(0, 5, 4))
 
     before = ops.convert_to_numpy(model.get_layer("position_embedding").embeddings).copy()
     history = model.fit(batches(), epochs=1, steps_per_epoch=6, verbose=0)
@@ -422,15 +447,19 @@ def test_run_time_resolution_trains_saves_and_loads(tmp_path):
     assert loaded.input_shape == (None, None, None, 3)
     for size in ((16, 16), (28, 20)):
         images = rng.uniform(0, 255, (2, *size, 3)).astype("float32")
-        np.testing.assert_allclose(loaded.predict(images, verbose=0),
-                                   model.predict(images, verbose=0), atol=1e-6)
+        np.testing.assert_allclose(
+            loaded.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6
+        )
 
 
 def test_run_time_resolution_features_attention_and_checkpoint_loading(tmp_path):
     from keras_vit import inspect as vit_inspect
 
-    model = randomize_weights(keras_vit.VisionTransformer(
-        **DYNAMIC, num_register_tokens=2, resample_method="bicubic_antialias"))
+    model = randomize_weights(
+        keras_vit.VisionTransformer(
+            **DYNAMIC, num_register_tokens=2, resample_method="bicubic_antialias"
+        )
+    )
     images = np.random.default_rng(0).uniform(0, 255, (2, 24, 20, 3)).astype("float32")
     features = keras_vit.models.feature_extractor(model, blocks=[-1])(images)
     assert tuple(features["encoder_norm"].shape) == (2, 1 + 2 + 6 * 5, 32)
@@ -442,10 +471,16 @@ def test_run_time_resolution_features_attention_and_checkpoint_loading(tmp_path)
     # A .keras file of it builds the same model at run-time resolution.
     path = os.path.join(tmp_path, "dynamic.keras")
     model.save(path)
-    again = keras_vit.VisionTransformer(**{**DYNAMIC, "base_image_size": keras_vit.models.
-                                           vision_transformer._FROM_WEIGHTS["base_image_size"]},
-                                        num_register_tokens=2, weights=path)
+    again = keras_vit.VisionTransformer(
+        **{
+            **DYNAMIC,
+            "base_image_size": keras_vit.models.vision_transformer._FROM_WEIGHTS["base_image_size"],
+        },
+        num_register_tokens=2,
+        weights=path,
+    )
     positions = again.get_layer("position_embedding")
     assert positions.grid_size == (4, 4) and positions.resample_method == "bicubic_antialias"
-    np.testing.assert_allclose(again.predict(images, verbose=0),
-                               model.predict(images, verbose=0), atol=1e-6)
+    np.testing.assert_allclose(
+        again.predict(images, verbose=0), model.predict(images, verbose=0), atol=1e-6
+    )
