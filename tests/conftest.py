@@ -37,9 +37,7 @@ import pytest
 
 BACKEND = keras.backend.backend()
 ALL_BACKENDS = ("tensorflow", "jax", "torch")
-INSTALLED_BACKENDS = tuple(
-    b for b in ALL_BACKENDS if importlib.util.find_spec(b) is not None
-)
+INSTALLED_BACKENDS = tuple(b for b in ALL_BACKENDS if importlib.util.find_spec(b) is not None)
 
 # The backends that `make test` runs the suite under, side by side, in the
 # order given; unset, this process's backend alone.
@@ -86,10 +84,12 @@ keep_jax_compilations_for_the_session()
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "backend_independent: runs under the first backend of "
-        "KERAS_VIT_SUITE_BACKENDS only")
+        "markers",
+        "backend_independent: runs under the first backend of KERAS_VIT_SUITE_BACKENDS only",
+    )
     config.addinivalue_line(
-        "markers", "slow: takes more than a few seconds; `make test-quick` skips it")
+        "markers", "slow: takes more than a few seconds; `make test-quick` skips it"
+    )
 
 
 def pytest_collection_finish(session):
@@ -113,8 +113,9 @@ def start_making_shared_artifacts(items):
     modules = {str(item.path) for item in items}
     for name, (module, make) in ARTIFACT_MAKERS.items():
         if module in modules:
-            threading.Thread(target=shared_artifact, args=(name, make, None), daemon=True,
-                             name=f"making {name}").start()
+            threading.Thread(
+                target=shared_artifact, args=(name, make, None), daemon=True, name=f"making {name}"
+            ).start()
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -138,13 +139,22 @@ SUITE_PART = os.environ.get("KERAS_VIT_SUITE_PART")
 def modules_of_part(items, part, parts):
     """The test modules of part `part` (1-based) of `parts`: modules dealt heaviest first.
 
-    A module goes to the lightest part so far; a slow test weighs 10, any
-    other 1, and a test that this suite skips as backend-independent nothing.
+    A module goes to the lightest part so far. A test weighs 1; a slow one
+    10; a backend-independent one that this suite runs 20 (its work is
+    fresh interpreters of this suite's backend: killed runs, several
+    workers); one that this suite skips as backend-independent nothing.
+    (Measured on JAX's two parts, these weights leave them within 5% of
+    each other; slow tests alike at 10 left one a third longer.)
     """
     weights = collections.Counter()
     for item in items:
-        weights[str(item.path)] += (0 if runs_in_another_suite(item)
-                                    else 10 if item.get_closest_marker("slow") else 1)
+        if runs_in_another_suite(item):
+            weight = 0
+        elif item.get_closest_marker("backend_independent"):
+            weight = 20
+        else:
+            weight = 10 if item.get_closest_marker("slow") else 1
+        weights[str(item.path)] += weight
     loads = [0] * parts
     chosen = set()
     for module in sorted(weights, key=lambda module: (-weights[module], module)):
@@ -173,15 +183,21 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: str(item.path) in readers)
     for item in items:
         if runs_in_another_suite(item):
-            item.add_marker(pytest.mark.skip(
-                reason=f"backend-independent: run under KERAS_BACKEND={home_suite(item)}"))
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"backend-independent: run under KERAS_BACKEND={home_suite(item)}"
+                )
+            )
 
 
 def home_suite(item):
     """The backend whose suite runs a backend-independent `item` (see the module's docstring)."""
     marker = item.get_closest_marker("backend_independent")
-    exercised = (getattr(item, "callspec", None) and item.callspec.params.get("backend")
-                 or marker.kwargs.get("exercises"))
+    exercised = (
+        getattr(item, "callspec", None)
+        and item.callspec.params.get("backend")
+        or marker.kwargs.get("exercises")
+    )
     return exercised if exercised in SPLIT_SUITES else SUITE_BACKENDS[0]
 
 
@@ -212,6 +228,7 @@ def artifact_maker(name, module):
     `make test` then starts making it when its suites start (see
     `start_making_shared_artifacts`), if any of those tests is selected.
     """
+
     def register(make):
         ARTIFACT_MAKERS[name] = (os.path.abspath(module), make)
         return make
@@ -269,8 +286,21 @@ def trained_run(image_folder, tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("trained_run") / "run")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        code = main(["train", "--dataset", image_folder, "--image-size", "16", "--epochs", "2",
-                     "--batch-size", "8", "--output-dir", folder])
+        code = main(
+            [
+                "train",
+                "--dataset",
+                image_folder,
+                "--image-size",
+                "16",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "8",
+                "--output-dir",
+                folder,
+            ]
+        )
     assert code == 0, printed.getvalue()
     return TrainedRun(folder, printed.getvalue())
 
@@ -312,8 +342,7 @@ def run_python(code, backend=BACKEND, timeout=300):
     )
     if result.returncode:
         raise AssertionError(
-            f"subprocess under {backend} failed ({result.returncode}):\n"
-            f"{result.stderr[-4000:]}"
+            f"subprocess under {backend} failed ({result.returncode}):\n{result.stderr[-4000:]}"
         )
     return result.stdout
 
