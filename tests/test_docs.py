@@ -11,8 +11,12 @@ import pytest
 pytestmark = pytest.mark.backend_independent
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USER_DOCS = ["README.md", "CONTRIBUTING.md", "SECURITY.md",
-             *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+USER_DOCS = [
+    "README.md",
+    "CONTRIBUTING.md",
+    "SECURITY.md",
+    *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))),
+]
 # [text](target) and ![alt](target), outside code spans.
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -51,7 +55,9 @@ def test_the_readme_is_a_short_front_page_that_links_every_docs_page():
 
 
 def test_every_figure_in_the_docs_is_drawn_by_a_script_and_shown_somewhere():
-    images = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "docs", "images", "*.png")))
+    images = sorted(
+        os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "docs", "images", "*.png"))
+    )
     assert images
     with open(os.path.join(ROOT, "examples", "make_figures.py")) as f:
         script = f.read()
@@ -84,7 +90,8 @@ def imported_names(tree):
                     bound[alias.asname or alias.name] = getattr(module, alias.name)
                 else:
                     bound[alias.asname or alias.name] = importlib.import_module(
-                        f"{node.module}.{alias.name}")
+                        f"{node.module}.{alias.name}"
+                    )
     return bound
 
 
@@ -111,7 +118,9 @@ def allowed_keywords(target):
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         # The builders and `from_checkpoint` pass the rest on to
         # `VisionTransformer`; other `**kwargs` are not checked.
-        if not getattr(target, "__module__", "").startswith(("keras_vit.models", "keras_vit.weights")):
+        if not getattr(target, "__module__", "").startswith(
+            ("keras_vit.models", "keras_vit.weights")
+        ):
             return None
         from keras_vit import VisionTransformer
 
@@ -145,8 +154,9 @@ def snippet_problems(path, code):
             allowed = allowed_keywords(target) if call is not None else None
             if allowed is not None:
                 unknown = {k.arg for k in call.keywords if k.arg} - allowed
-                problems += [f"{'.'.join(chain)}({name}=...): no such argument"
-                             for name in sorted(unknown)]
+                problems += [
+                    f"{'.'.join(chain)}({name}=...): no such argument" for name in sorted(unknown)
+                ]
     return problems
 
 
@@ -177,5 +187,69 @@ def test_the_snippet_check_finds_a_missing_name_and_a_wrong_keyword():
     assert len(problems) == 3, problems
     assert "ViTB16(clases=...): no such argument" in problems
     assert problems[0].startswith("vit_inspect.attention_map:") or problems[1].startswith(
-        "vit_inspect.attention_map:")
+        "vit_inspect.attention_map:"
+    )
     assert any("input_size=...): no such argument" in p for p in problems)
+
+
+PACKAGE = os.path.join(ROOT, "keras_vit")
+# keras_vit's sub-packages and modules: a name in the docs may start from one.
+PARTS = sorted(
+    name.removesuffix(".py")
+    for name in os.listdir(PACKAGE)
+    if not name.startswith("__")
+    and (name.endswith(".py") or os.path.isdir(os.path.join(PACKAGE, name)))
+)
+# `keras_vit.a.b`, `tests.a.b`, or `part.a.b` in a code span (a call's parentheses may follow).
+DOTTED_NAME = re.compile(
+    r"`((?:keras_vit|tests|" + "|".join(map(re.escape, PARTS)) + r")(?:\.[A-Za-z_]\w*)+)[`(]"
+)
+
+
+def resolves(name):
+    """Whether `a.b.c` names something: the longest importable module, then attributes."""
+    import importlib
+
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            target = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            if not hasattr(target, part):
+                return False
+            target = getattr(target, part)
+        return True
+    return False
+
+
+def unresolved_names(text):
+    """The dotted names of keras_vit (or its tests) in a page's code spans that do not exist.
+
+    A name may start from a part of the package (`cli.common.progress` is
+    `keras_vit.cli.common.progress`); `ops.x` may also be Keras' own.
+    """
+    missing = []
+    for name in sorted(set(DOTTED_NAME.findall(text))):
+        candidates = [name] if name.startswith(("keras_vit.", "tests.")) else [f"keras_vit.{name}"]
+        if name.startswith("ops."):
+            candidates.append(f"keras.{name}")
+        if not any(resolves(candidate) for candidate in candidates):
+            missing.append(name)
+    return missing
+
+
+@pytest.mark.parametrize("path", USER_DOCS)
+def test_every_dotted_name_the_docs_mention_exists(path):
+    with open(os.path.join(ROOT, path)) as f:
+        missing = unresolved_names(f.read())
+    assert not missing, f"{path} names what does not exist: {missing}"
+
+
+def test_the_dotted_name_check_finds_a_renamed_function():
+    text = "`cli.common.progress` and `keras_vit.models.flop_count()` and `cli._progress`."
+    assert unresolved_names(text) == ["cli._progress"]
+    assert unresolved_names("`ops.split` is Keras'; `keras_vit.nothing.here`") == [
+        "keras_vit.nothing.here"
+    ]
