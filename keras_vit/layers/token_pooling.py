@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "gap", "token_gap")
+POOLING_MODES = ("token", "gap", "max", "token_gap")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -13,11 +13,13 @@ class TokenPooling(keras.layers.Layer):
     `mode="token"` takes the class token (the first token), as the paper's
     classifier does. `mode="gap"` averages the patch tokens (the tokens
     after the `num_prefix_tokens` prefix tokens), the paper's global average
-    pooling alternative. `mode="token_gap"` concatenates the two, as the
+    pooling alternative. `mode="max"` takes the largest value of each
+    feature over the patch tokens (keras.applications' `pooling="max"`).
+    `mode="token_gap"` concatenates the class token and the average, as the
     DINOv2 classifiers do (output width `2 * hidden_dim`).
 
     Args:
-        mode: `"token"`, `"gap"` or `"token_gap"`.
+        mode: `"token"`, `"gap"`, `"max"` or `"token_gap"`.
         num_prefix_tokens: int, the number of leading non-patch tokens
             (class, distillation and register tokens). Defaults to 1.
         token_index: int, the token that `"token"` takes: 0 for the class
@@ -37,13 +39,15 @@ class TokenPooling(keras.layers.Layer):
     [[0.0, 1.0, 2.0, 3.0]]
     >>> keras.ops.convert_to_numpy(TokenPooling("gap")(tokens)).tolist()
     [[6.0, 7.0, 8.0, 9.0]]
+    >>> keras.ops.convert_to_numpy(TokenPooling("max")(tokens)).tolist()
+    [[8.0, 9.0, 10.0, 11.0]]
     """
 
     def __init__(self, mode="token", num_prefix_tokens=1, token_index=0, **kwargs):
         super().__init__(**kwargs)
         if mode not in POOLING_MODES:
             raise ValueError(f"`mode` must be one of {POOLING_MODES}. Received: mode={mode!r}")
-        if mode != "gap" and not 0 <= token_index < num_prefix_tokens:
+        if mode in ("token", "token_gap") and not 0 <= token_index < num_prefix_tokens:
             raise ValueError(
                 f"mode={mode!r} takes prefix token {token_index}, which needs "
                 f"num_prefix_tokens > {token_index}. Received: "
@@ -64,6 +68,8 @@ class TokenPooling(keras.layers.Layer):
     def call(self, inputs):
         if self.mode == "token":
             return self._token(inputs)
+        if self.mode == "max":
+            return ops.max(inputs[:, self.num_prefix_tokens :], axis=1)
         average = ops.mean(inputs[:, self.num_prefix_tokens :], axis=1)
         if self.mode == "gap":
             return average

@@ -17,7 +17,8 @@ from keras_vit.models.variants import (
     variant_name,
 )
 
-POOLINGS = ("token", "gap", "token_gap", "map")
+# keras.applications' "avg" is the paper's "gap" (the mean of the patch tokens).
+POOLINGS = ("token", "gap", "avg", "max", "token_gap", "map")
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
 
 
@@ -306,7 +307,9 @@ class VisionTransformer(keras.Model):
             (see `base_image_size` and `resample_method`); a size that is
             not a multiple is an error naming it when the images arrive.
         pooling: (the checkpoint's, else `"token"`) `"token"` (class token),
-            `"gap"` (mean of patch tokens),
+            `"gap"` or `"avg"` (mean of the patch tokens; `"avg"` is
+            keras.applications' name), `"max"` (each feature's largest value
+            over the patch tokens, as keras.applications' `"max"`),
             `"token_gap"` (both, concatenated, as DINOv2's classifiers),
             `"map"` (multihead attention pooling: a learned probe attends
             over the patch tokens, then an MLP, as big_vision's MAPHead and
@@ -740,7 +743,8 @@ def _head(tokens, arguments, num_prefix_tokens):
             name="map_head",
         )(tokens)
     elif pooling is not None:
-        x = vit_layers.TokenPooling(pooling, num_prefix_tokens=num_prefix_tokens, name="pooling")(
+        mode = "gap" if pooling == "avg" else pooling
+        x = vit_layers.TokenPooling(mode, num_prefix_tokens=num_prefix_tokens, name="pooling")(
             tokens
         )
     if pooling is not None and a["representation_size"]:
@@ -874,7 +878,8 @@ MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
         input_tensor: optional Keras tensor to use as the image input.
         input_shape: `(height, width, channels)`, multiples of the patch size;
             defaults to the checkpoint's, else `(224, 224, 3)`.
-        pooling: `"token"`, `"gap"`, or `None` (with `include_top=False`).
+        pooling: `"token"`, `"gap"` (or `"avg"`), `"max"`, or `None` (with
+            `include_top=False`); see `VisionTransformer` for the others.
         classes: int, the number of classes; defaults to a checkpoint
             file's head's, else 1000.
         classifier_activation: the head's activation; `None` for logits.

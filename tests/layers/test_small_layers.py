@@ -77,8 +77,8 @@ class TokenPoolingTest(testing.TestCase):
         self.assertEqual(TokenPooling("token_gap").compute_output_shape((None, 6, 4)), (None, 8))
 
     def test_bad_mode(self):
-        with pytest.raises(ValueError, match="mode='max'"):
-            TokenPooling("max")
+        with pytest.raises(ValueError, match="mode='min'"):
+            TokenPooling("min")
         with pytest.raises(ValueError, match="num_prefix_tokens=0"):
             TokenPooling("token", num_prefix_tokens=0)
         with pytest.raises(ValueError, match="token_index=1"):

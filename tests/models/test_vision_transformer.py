@@ -192,7 +192,7 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
         ({"input_shape": (224, 224, 0)}, r"input_shape=\(224, 224, 0\)"),
         ({"weights": "no/such/file.weights.h5"}, "no/such/file.weights.h5"),
         ({"weights": "imagenet"}, "weights='imagenet'.*registered for ViT-B/16"),
-        ({"pooling": "max"}, "pooling='max'"),
+        ({"pooling": "min"}, "pooling='min'"),
         ({"pooling": None}, "pooling=None"),
         ({"classes": 0}, "classes=0"),
         ({"class_token": False}, "class_token=False"),
@@ -295,6 +295,26 @@ def test_token_gap_pooling_concatenates_class_token_and_mean(images):
     tokens = ops.convert_to_numpy(tokens)
     expected = np.concatenate([tokens[:, 0], tokens[:, 1:].mean(1)], axis=-1)
     np.testing.assert_allclose(ops.convert_to_numpy(model(images)), expected, atol=1e-5)
+
+
+def test_keras_applications_poolings_avg_and_max_pool_the_patch_tokens(images):
+    # keras.applications' `pooling="avg"` / `"max"` with `include_top=False`:
+    # one vector of the model's width per image, over the patch tokens only
+    # (a ViT's prefix tokens are not positions of the image).
+    model = randomize_weights(keras_vit.VisionTransformer(**TINY, pooling="max", include_top=False))
+    assert model.output_shape == (None, 32)
+    tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
+    patches = ops.convert_to_numpy(tokens)[:, 1:]
+    np.testing.assert_allclose(ops.convert_to_numpy(model(images)), patches.max(1), atol=1e-6)
+    average = keras_vit.VisionTransformer(**TINY, pooling="avg", include_top=False)
+    average.set_weights(model.get_weights())
+    np.testing.assert_allclose(ops.convert_to_numpy(average(images)), patches.mean(1), atol=1e-5)
+    # With a head, too; and the configuration keeps the name it was given.
+    classifier = keras_vit.ViTTi16(input_shape=(32, 32, 3), classes=7, pooling="avg")
+    assert classifier.output_shape == (None, 7)
+    assert classifier.get_config()["pooling"] == "avg"
+    with pytest.raises(ValueError, match="pooling='min'"):
+        keras_vit.VisionTransformer(**TINY, pooling="min")
 
 
 def test_token_options_round_trip_through_config(images):
