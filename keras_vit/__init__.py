@@ -4,7 +4,7 @@
 the optimizers that trained models name. The application floor (`data`,
 `training`, `pretraining`, `export`, `inspect`, `distribution`) loads when a
 program first uses it, e.g. `keras_vit.training.train(...)`: a program that
-only builds or loads models never imports tf.data, matplotlib or the
+only builds or loads models imports none of the pipelines, jobs or
 exporters.
 """
 
