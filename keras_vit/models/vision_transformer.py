@@ -148,7 +148,8 @@ def set_checkpoint_reader(reader):
     `keras_vit.weights` builds on this module and registers itself here when
     imported (as `import keras_vit` does), so that models never import it.
     `reader` has `registered(weights, variant)`, `resolve(weights, variant)`,
-    `function_arguments(weights, variant, num_heads)` and `load(model, path)`.
+    `function_arguments(weights, variant, num_heads)`, `load(model, path)`
+    and `reading_once()` (a block in which each file is read once).
     """
     global _checkpoint_reader
     _checkpoint_reader = reader
@@ -451,26 +452,29 @@ class VisionTransformer(keras.Model):
         dtype=None,
     ):
         given = {key: value for key, value in locals().items() if key in _ARGUMENTS}
-        # Everything is checked before any weight is created or downloaded.
-        arguments, variant = _resolve_checkpoint(given, weights, input_tensor)
-        plan = _plan(arguments)
-        weights_path = None if weights is None else _reader().resolve(weights, variant)[0]
-        # A configuration names its dtype policy; layers take the global one.
-        with _global_dtype_policy(dtype):
-            if input_tensor is None:
-                images = inputs = keras.Input(shape=arguments["input_shape"], name="images")
-            else:
-                images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
-            super().__init__(inputs, _assemble(images, arguments, plan), name=name)
-        self.trainable = trainable
-        # What `get_config` returns: the arguments as resolved (a checkpoint's
-        # values in place of its defaults), so a file rebuilds this function.
-        self._arguments = arguments
-        self._grafted = input_tensor is not None and not (
-            len(inputs) == 1 and inputs[0] is input_tensor
-        )
-        if weights_path is not None:
-            _reader().load(self, weights_path, arguments["resample_method"])
+        # A checkpoint file is read for its shapes, then for its weights: once.
+        reading = contextlib.nullcontext() if weights is None else _reader().reading_once()
+        with reading:
+            # Everything is checked before any weight is created or downloaded.
+            arguments, variant = _resolve_checkpoint(given, weights, input_tensor)
+            plan = _plan(arguments)
+            weights_path = None if weights is None else _reader().resolve(weights, variant)[0]
+            # A configuration names its dtype policy; layers take the global one.
+            with _global_dtype_policy(dtype):
+                if input_tensor is None:
+                    images = inputs = keras.Input(shape=arguments["input_shape"], name="images")
+                else:
+                    images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
+                super().__init__(inputs, _assemble(images, arguments, plan), name=name)
+            self.trainable = trainable
+            # What `get_config` returns: the arguments as resolved (a checkpoint's
+            # values in place of its defaults), so a file rebuilds this function.
+            self._arguments = arguments
+            self._grafted = input_tensor is not None and not (
+                len(inputs) == 1 and inputs[0] is input_tensor
+            )
+            if weights_path is not None:
+                _reader().load(self, weights_path, arguments["resample_method"])
 
     def get_config(self):
         if self._grafted or _changed_in_place(self):

@@ -8,7 +8,12 @@ from keras_vit.weights import registry
 from keras_vit.weights.architecture import infer_architecture, source_resample_method
 from keras_vit.weights.converters import to_canonical
 from keras_vit.weights.converters.huggingface import IMAGENET_MODEL_TYPES
-from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_json_beside, read_tensors
+from keras_vit.weights.readers import (
+    CHECKPOINT_SUFFIXES,
+    read_json_beside,
+    read_tensors,
+    reading_once,
+)
 
 KERAS_SUFFIXES = (".weights.h5", ".keras")
 # Heads keep their zero initialisation when a checkpoint has none that fits.
@@ -224,23 +229,24 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
             f"from_checkpoint loads path={path!r}; it takes no `weights`. Received: "
             f"weights={overrides['weights']!r}"
         )
-    _, arguments = infer_architecture(path, read_tensors(path), num_heads)
-    if num_heads is not None and num_heads != arguments["num_heads"]:
-        raise ValueError(
-            f"num_heads={num_heads!r} contradicts the checkpoint path={path!r}, whose model "
-            f"has num_heads={arguments['num_heads']!r}. Leave num_heads unset."
-        )
-    # The architecture from here; the builder takes the function (GELU form,
-    # tokens, normalisation, head, resampling) from the file as it does for
-    # any `weights=`, and refuses an override that contradicts it.
-    architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
-    if "classes" in overrides and "include_top" not in overrides:
-        architecture["include_top"] = True  # a head asked for, the file with one or not
-    elif arguments["pooling"] is None and not arguments["include_top"]:
-        architecture["pooling"] = None  # an encoder's file: its tokens
-    if resample_method is not None:
-        architecture["resample_method"] = resample_method
-    return VisionTransformer(**{**architecture, **overrides}, weights=path)
+    with reading_once():  # for its shapes here, then by the builder: one read
+        _, arguments = infer_architecture(path, read_tensors(path), num_heads)
+        if num_heads is not None and num_heads != arguments["num_heads"]:
+            raise ValueError(
+                f"num_heads={num_heads!r} contradicts the checkpoint path={path!r}, whose model "
+                f"has num_heads={arguments['num_heads']!r}. Leave num_heads unset."
+            )
+        # The architecture from here; the builder takes the function (GELU form,
+        # tokens, normalisation, head, resampling) from the file as it does for
+        # any `weights=`, and refuses an override that contradicts it.
+        architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
+        if "classes" in overrides and "include_top" not in overrides:
+            architecture["include_top"] = True  # a head asked for, the file with one or not
+        elif arguments["pooling"] is None and not arguments["include_top"]:
+            architecture["pooling"] = None  # an encoder's file: its tokens
+        if resample_method is not None:
+            architecture["resample_method"] = resample_method
+        return VisionTransformer(**{**architecture, **overrides}, weights=path)
 
 
 # What a checkpoint's tensors themselves show (token layout, LayerScale, head).
@@ -336,6 +342,7 @@ class _CheckpointReader:
     resolve = staticmethod(resolve)
     function_arguments = staticmethod(function_arguments)
     load = staticmethod(load)
+    reading_once = staticmethod(reading_once)
 
 
 def _register_with_the_builders():

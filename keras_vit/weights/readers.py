@@ -6,8 +6,10 @@ package's own `.keras` files in Keras' safe mode; also the JSON files that
 sit beside a checkpoint and the layer configs of a `.keras` file.
 """
 
+import contextlib
 import json
 import os
+import threading
 import zipfile
 
 import numpy as np
@@ -61,12 +63,46 @@ _READERS = {
 }
 
 
+# What `reading_once` blocks of this thread have read: {(path, mtime, size): tensors}.
+_read_in_block = threading.local()
+
+
+@contextlib.contextmanager
+def reading_once():
+    """Within the block, `read_tensors` reads each file once.
+
+    Building a model from a checkpoint reads it for its shapes (the
+    architecture, the checks) and then for its weights; a ViT-B/16 file is
+    330 MB. Blocks nest; the arrays are released when the outermost ends.
+    """
+    outermost = getattr(_read_in_block, "files", None) is None
+    if outermost:
+        _read_in_block.files = {}
+    try:
+        yield
+    finally:
+        if outermost:
+            _read_in_block.files = None
+
+
 def read_tensors(path):
     """`{name: array}` of a checkpoint file, never unpickling anything.
 
     A damaged, truncated or crafted file ends in a `ValueError` that names
-    the file and what the parser found, whatever the parser raised.
+    the file and what the parser found, whatever the parser raised. Inside
+    a `reading_once` block a file (unchanged since) is read once.
     """
+    files = getattr(_read_in_block, "files", None)
+    if files is None or not os.path.isfile(path):
+        return _read_tensors(path)
+    status = os.stat(path)
+    key = (os.path.realpath(path), status.st_mtime_ns, status.st_size)
+    if key not in files:
+        files[key] = _read_tensors(path)
+    return dict(files[key])  # callers may add or drop names, never the arrays
+
+
+def _read_tensors(path):
     suffix = next((s for s in _READERS if str(path).endswith(s)), None)
     if suffix is None:
         raise ValueError(

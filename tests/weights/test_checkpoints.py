@@ -747,3 +747,26 @@ def test_one_model_at_run_time_resolution_matches_the_reference_at_every_size(
                 atol=1e-5,
                 err_msg=f"{case}, {size} px",
             )
+
+
+def test_building_from_a_checkpoint_file_reads_it_once(tmp_path, monkeypatch):
+    # A builder reads the file for its shapes, then for its weights; a
+    # ViT-B/16 checkpoint is 330 MB.
+    from keras_vit.weights import readers
+
+    source = keras_vit.VisionTransformer(**ARCH, input_shape=(16, 16, 3), classes=3)
+    path = str(tmp_path / "vit.npz")
+    np.savez(path, **to_official(source))
+    kind, read = readers._READERS[".npz"]
+    reads = []
+    monkeypatch.setitem(readers._READERS, ".npz", (kind, lambda p: reads.append(p) or read(p)))
+    from_checkpoint(path)
+    assert reads == [path]
+    keras_vit.VisionTransformer(**ARCH, weights=path)
+    assert reads == [path, path]  # once per build: nothing is kept between them
+    # A file changed inside the block is read again.
+    with readers.reading_once():
+        first = read_tensors(path)
+        np.savez(path, **{**to_official(source), "extra": np.zeros(2)})
+        os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 10**9))
+        assert "extra" in read_tensors(path) and "extra" not in first
