@@ -2,13 +2,13 @@
 
 import json
 import os
-import zipfile
 
 import keras
 import numpy as np
 import pytest
 
 import keras_vit
+from keras_vit.weights.readers import keras_model_config
 from tests.conftest import TINY, randomize_weights, run_python
 
 
@@ -78,11 +78,6 @@ def test_from_checkpoint_rebuilds_a_keras_file_at_another_size_and_class_count(t
     )
 
 
-def saved_model_config(path):
-    with zipfile.ZipFile(path) as archive:
-        return json.loads(archive.read("config.json"))
-
-
 def test_a_models_configuration_is_its_arguments_and_rebuilds_it(tmp_path, images):
     model = randomize_weights(
         keras_vit.VisionTransformer(
@@ -99,7 +94,7 @@ def test_a_models_configuration_is_its_arguments_and_rebuilds_it(tmp_path, image
     assert "weights" not in config and "input_tensor" not in config
     path = str(tmp_path / "vit.keras")
     model.save(path)
-    saved = saved_model_config(path)
+    saved = keras_model_config(path)
     assert saved["class_name"] == "VisionTransformer" and "layers" not in saved["config"]
     loaded = keras.saving.load_model(path)
     assert type(loaded) is keras_vit.VisionTransformer
@@ -137,7 +132,7 @@ def test_files_of_plain_functional_models_still_load_and_serve_as_checkpoints(tm
     earlier = keras.Model(model.inputs, model.outputs, name=model.name)
     path = str(tmp_path / "earlier.keras")
     earlier.save(path)
-    assert saved_model_config(path)["class_name"] == "Functional"
+    assert keras_model_config(path)["class_name"] == "Functional"
     expected = model.predict(images, verbose=0)
     loaded = keras.saving.load_model(path)
     np.testing.assert_array_equal(loaded.predict(images, verbose=0), expected)

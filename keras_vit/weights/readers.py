@@ -147,10 +147,9 @@ def keras_model_config(path):
         raise ValueError(f"{path!r} is not a Keras model file: {error}") from None
 
 
-def keras_layer_configs(path):
-    """`{layer name: config}` of a `.keras` file's functional graph (`keras_model_config`)."""
+def keras_layer_configs(model_config, path):
+    """`{layer name: config}` of a functional graph (`model_config`: `keras_model_config(path)`)."""
     try:
-        layers = keras_model_config(path)["config"]["layers"]
-        return {layer["name"]: layer["config"] for layer in layers}
+        return {layer["name"]: layer["config"] for layer in model_config["config"]["layers"]}
     except (KeyError, TypeError) as error:
         raise ValueError(f"{path!r} is not a Keras functional model file: {error}") from None

@@ -33,7 +33,8 @@ def _listed(value):
 
 def function_arguments(path, arguments):
     """What a keras_vit `.keras` file's configuration adds to its shapes."""
-    model = keras_model_config(path)["config"]
+    saved = keras_model_config(path)
+    model = saved["config"]
     if "layers" not in model:  # a VisionTransformer: its arguments, as built
         built = {name: _listed(value) for name, value in model.items()}
         arguments["input_shape"] = built["input_shape"]
@@ -46,7 +47,7 @@ def function_arguments(path, arguments):
         if built["include_rescaling"]:
             arguments["normalization"] = built["normalization"]
         return arguments
-    configs = keras_layer_configs(path)
+    configs = keras_layer_configs(saved, path)
     # The image input (a pre-training model has mask inputs too).
     batch_shape = configs.get("images", {}).get("batch_shape") or next(
         (c["batch_shape"] for c in configs.values() if "batch_shape" in c), None
