@@ -5,7 +5,7 @@ This trains the main job (`keras-vit train` with its defaults, on
 TensorFlow) unless `--run DIR` names a finished run, then predicts the
 10,000 Fashion-MNIST test images with the run's `model.keras` in float32
 and rebuilt under `mixed_bfloat16` with the same weights
-(`keras_vit.weights.from_checkpoint`), on each backend in a fresh process.
+(`keras_vit.from_checkpoint`), on each backend in a fresh process.
 It prints one JSON line per backend: agreement, both accuracies, the
 largest difference of the outputs and images/s of each precision.
 
@@ -45,7 +45,7 @@ def agreement(model_path, limit=None, batch_size=500):
     import keras
     import numpy as np
 
-    from keras_vit.weights import from_checkpoint
+    from keras_vit.models import from_checkpoint
 
     images, labels = test_images(limit, batch_size)
     outputs, speed = {}, {}

@@ -8,7 +8,7 @@ small decoder). `extract` writes them back as the Hugging Face
 `Dinov2Model` checkpoint they were exported from (`model.safetensors`,
 `config.json`, `preprocessor_config.json`), reading the file with the
 `onnx` package only; `parity` loads that folder through the package's
-public loader (`keras_vit.weights.from_checkpoint`) and compares every
+public loader (`keras_vit.from_checkpoint`) and compares every
 token with `transformers`' `Dinov2Model` on the same images; `probe`
 trains a linear head on the frozen class token for Fashion-MNIST (resized,
 grey repeated to RGB) and scores every export of that classifier:
@@ -145,7 +145,7 @@ def parity(checkpoint, image_size=112, count=4, seed=0):
 
     rng = np.random.default_rng(seed)
     images = rng.uniform(0, 255, (count, image_size, image_size, 3)).astype("float32")
-    model = keras_vit.weights.from_checkpoint(
+    model = keras_vit.from_checkpoint(
         os.path.join(checkpoint, "model.safetensors"),
         input_shape=(image_size, image_size, 3),
         include_top=False,
@@ -198,7 +198,7 @@ def probe(checkpoint, out, image_size=112, train=2000, test=1000, seed=0):
     train_images, train_labels = fashion_mnist_at(image_size, "train", train)
     test_images, test_labels = fashion_mnist_at(image_size, "test", test)
     start = time.time()
-    encoder = keras_vit.weights.from_checkpoint(
+    encoder = keras_vit.from_checkpoint(
         path, input_shape=(image_size, image_size, 3), include_top=False
     )
     features = encoder.predict(train_images, batch_size=64, verbose=0)
@@ -209,7 +209,7 @@ def probe(checkpoint, out, image_size=112, train=2000, test=1000, seed=0):
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
     head.fit(features, train_labels, batch_size=128, epochs=100, verbose=0)
-    classifier = keras_vit.weights.from_checkpoint(
+    classifier = keras_vit.from_checkpoint(
         path,
         input_shape=(image_size, image_size, 3),
         classes=10,

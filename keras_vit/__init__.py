@@ -24,8 +24,8 @@ from keras_vit.models import (
     ViTTi16,
     decode_variant,
     feature_extractor,
+    from_checkpoint,
 )
-from keras_vit.weights import from_checkpoint
 
 __version__ = "0.1.0"
 

@@ -177,7 +177,7 @@ def test_the_snippet_check_finds_a_missing_name_and_a_wrong_keyword():
     code = (
         "import keras_vit\n"
         "from keras_vit import inspect as vit_inspect\n"
-        "keras_vit.weights.from_checkpoint('x.npz', input_size=224)\n"
+        "keras_vit.from_checkpoint('x.npz', input_size=224)\n"
         "vit_inspect.attention_map(model, images)\n"
         "keras_vit.export.saved_model(model, 'out')\n"
         "from keras_vit import ViTB16\n"

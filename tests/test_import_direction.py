@@ -16,8 +16,8 @@ LIBRARY = {"ops", "layers", "models", "weights", "optimizers"}
 ALLOWED = {
     "ops": {"ops"},
     "layers": {"ops", "layers"},
-    "models": {"ops", "layers", "models"},
-    "weights": {"ops", "layers", "models", "weights"},
+    "weights": {"ops", "layers", "weights"},
+    "models": {"ops", "layers", "weights", "models"},
     "optimizers": {"ops", "layers", "optimizers"},
     "data": {"data"},
     "distribution": LIBRARY | {"distribution"},

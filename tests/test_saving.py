@@ -46,7 +46,7 @@ def test_loaded_model_keeps_its_architecture(tmp_path):
 
 
 def test_from_checkpoint_rebuilds_a_keras_file_at_another_size_and_class_count(tmp_path, images):
-    from keras_vit.weights import from_checkpoint
+    from keras_vit.models import from_checkpoint
 
     model = randomize_weights(
         keras_vit.VisionTransformer(

@@ -56,7 +56,7 @@ def run(args):
         )
     if not os.path.isfile(args.source):
         raise SystemExit(f"keras-vit convert: no such file: {args.source!r}")
-    from keras_vit.weights import from_checkpoint
+    from keras_vit.models import from_checkpoint
 
     overrides = {}
     if args.image_size:

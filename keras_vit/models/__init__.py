@@ -1,5 +1,6 @@
-"""ViT models: the variant table and the functional builders."""
+"""ViT models: the variant table, the functional builders, and the model a checkpoint describes."""
 
+from keras_vit.models.checkpoint import checkpoint_architecture, from_checkpoint
 from keras_vit.models.variants import (
     PUBLISHED,
     SMALL_MODELS,
@@ -20,7 +21,7 @@ from keras_vit.models.vision_transformer import (
     ViTS32,
     ViTTi16,
     default_image_size,
-    encoder_blocks,
     feature_extractor,
     patch_pixels,
 )
+from keras_vit.weights import encoder_blocks

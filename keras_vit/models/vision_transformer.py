@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from keras_vit import layers as vit_layers
+from keras_vit import weights as checkpoints
 from keras_vit.layers.patch_embedding import _pair
 from keras_vit.models.variants import (
     PUBLISHED,
@@ -16,6 +17,7 @@ from keras_vit.models.variants import (
     parameter_count,
     variant_name,
 )
+from keras_vit.weights import encoder_blocks
 
 # keras.applications' "avg" is the paper's "gap" (the mean of the patch tokens).
 POOLINGS = ("token", "gap", "avg", "max", "token_gap", "map")
@@ -139,26 +141,6 @@ _ARCHITECTURE_WEIGHTS = {
     "num_heads": "encoderblock_0/attention/qkv_kernel",
     "num_layers": "encoderblock_{last}",
 }
-_checkpoint_reader = None
-
-
-def set_checkpoint_reader(reader):
-    """Lets the package that reads checkpoints serve the builders' `weights=`.
-
-    `keras_vit.weights` builds on this module and registers itself here when
-    imported (as `import keras_vit` does), so that models never import it.
-    `reader` has `registered(weights, variant)`, `resolve(weights, variant)`,
-    `function_arguments(weights, variant, num_heads)`, `load(model, path)`
-    and `reading_once()` (a block in which each file is read once).
-    """
-    global _checkpoint_reader
-    _checkpoint_reader = reader
-
-
-def _reader():
-    if _checkpoint_reader is None:
-        raise RuntimeError("weights= needs keras_vit.weights: `import keras_vit` first.")
-    return _checkpoint_reader
 
 
 def _same_normalization(first, second, channels):
@@ -217,7 +199,7 @@ def _check_architecture(source, weights, asked):
             + "; ".join(dict.fromkeys(shown for *_, shown in differences))  # each weight once
             + ". Build the model with "
             + ", ".join(f"{name}={theirs!r}" for name, theirs, _, _ in differences)
-            + ", or let keras_vit.weights.from_checkpoint read the whole architecture "
+            + ", or let keras_vit.from_checkpoint read the whole architecture "
             "from the file."
         )
 
@@ -453,12 +435,12 @@ class VisionTransformer(keras.Model):
     ):
         given = {key: value for key, value in locals().items() if key in _ARGUMENTS}
         # A checkpoint file is read for its shapes, then for its weights: once.
-        reading = contextlib.nullcontext() if weights is None else _reader().reading_once()
+        reading = contextlib.nullcontext() if weights is None else checkpoints.reading_once()
         with reading:
             # Everything is checked before any weight is created or downloaded.
             arguments, variant = _resolve_checkpoint(given, weights, input_tensor)
             plan = _plan(arguments)
-            weights_path = None if weights is None else _reader().resolve(weights, variant)[0]
+            weights_path = None if weights is None else checkpoints.resolve(weights, variant)[0]
             # A configuration names its dtype policy; layers take the global one.
             with _global_dtype_policy(dtype):
                 if input_tensor is None:
@@ -474,7 +456,7 @@ class VisionTransformer(keras.Model):
                 len(inputs) == 1 and inputs[0] is input_tensor
             )
             if weights_path is not None:
-                _reader().load(self, weights_path, arguments["resample_method"])
+                checkpoints.load(self, weights_path, arguments["resample_method"])
 
     def get_config(self):
         if self._grafted or _changed_in_place(self):
@@ -550,8 +532,8 @@ def _resolve_checkpoint(given, weights, input_tensor):
     if weights is not None:
         if patch_size[0] == patch_size[1]:
             variant = variant_name(patch_size[0], width, depth, heads, mlp)
-        checkpoint = _reader().registered(weights, variant)
-        source, recorded = _reader().function_arguments(weights, variant, heads)
+        checkpoint = checkpoints.registered(weights, variant)
+        source, recorded = checkpoints.function_arguments(weights, variant, heads)
         shape = {"patch_size": patch_size, "hidden_dim": width, "num_layers": depth}
         _check_architecture(source, weights, {**shape, "mlp_dim": mlp, "num_heads": heads})
     input_shape = given["input_shape"]
@@ -811,17 +793,6 @@ def patch_pixels(model):
         model.get_layer("stem").stride if any(layer.name == "stem" for layer in model.layers) else 1
     )
     return tuple(side * stride for side in model.get_layer("patch_embedding").patch_size)
-
-
-def encoder_blocks(model):
-    """The `encoderblock_*` layers of a ViT, in order, or a clear error."""
-    blocks = [layer for layer in model.layers if layer.name.startswith("encoderblock_")]
-    if not blocks:
-        raise ValueError(
-            f"Model {model.name!r} has no 'encoderblock_*' layers; "
-            "build it with keras_vit.VisionTransformer or a ViT* builder."
-        )
-    return blocks
 
 
 def feature_extractor(model, blocks=None):

@@ -68,20 +68,6 @@ def check_image_size(image_size, patch_size, stem_strides=()):
         )
 
 
-def checkpoint_architecture(weights):
-    """The `VisionTransformer` arguments of a checkpoint file, or a clear error."""
-    from keras_vit.weights.architecture import infer_architecture
-    from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_tensors
-
-    path = os.fspath(weights)
-    if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
-        raise ValueError(
-            f"weights={path!r} is not an existing checkpoint file ending in one "
-            f"of {', '.join(CHECKPOINT_SUFFIXES)}."
-        )
-    return infer_architecture(path, read_tensors(path))[1]
-
-
 def check_data_layout(dataset, validation_split):
     """Refuses, before any data is read, a folder without test images and no held-out split."""
     from keras_vit import data as vit_data
@@ -139,7 +125,7 @@ def train(
     """Trains a ViT on a dataset and writes the run's outputs.
 
     With `weights`, fine-tunes instead: the model is the checkpoint's
-    (`keras_vit.weights.from_checkpoint`: a `.keras` file of an earlier
+    (`keras_vit.from_checkpoint`: a `.keras` file of an earlier
     run, an official `.npz`, a Hugging Face or timm file), moved to
     `image_size` (position embeddings resampled) with a new zero head when
     the dataset has another class count.
@@ -239,7 +225,7 @@ def train(
             f"Received: gradient_accumulation_steps={gradient_accumulation_steps!r}"
         )
     if weights is not None:
-        source = checkpoint_architecture(weights)
+        source = keras_vit.models.checkpoint_architecture(weights, argument="weights")
         if patch_size is not None:
             raise ValueError(
                 "A fine-tuned model keeps its checkpoint's patch size. "
@@ -331,11 +317,9 @@ def train(
     steps_per_epoch = run.steps_per_epoch(train_data, dataset)
     with plan.scope():
         if weights is not None:
-            from keras_vit.weights import from_checkpoint
-
             if source["pooling"] is None:  # an encoder's tokens (a pre-training model)
                 options["pooling"] = "token" if source["class_token"] else "gap"
-            network = from_checkpoint(weights, include_top=True, **options)
+            network = keras_vit.from_checkpoint(weights, include_top=True, **options)
             model = f"fine-tuned {os.path.basename(str(weights))}"
         else:
             network = keras_vit.VisionTransformer(**arguments, **options)

@@ -1,6 +1,12 @@
-"""Loading weights into keras_vit models: Keras files and foreign checkpoints."""
+"""Checkpoints: reading them, and loading their weights into keras_vit models.
 
-import inspect
+Keras files and foreign checkpoints (official `.npz`, Hugging Face, timm),
+mapped to one layout of weight paths. This part sits below
+`keras_vit.models`: the builders resolve `weights=` through it, and
+`keras_vit.from_checkpoint` (a builder of the model a file describes) is
+theirs.
+"""
+
 import os
 import re
 
@@ -19,6 +25,21 @@ KERAS_SUFFIXES = (".weights.h5", ".keras")
 # Heads keep their zero initialisation when a checkpoint has none that fits.
 HEAD_PREFIXES = ("head/", "head_dist/")
 SUFFIXES = KERAS_SUFFIXES + CHECKPOINT_SUFFIXES
+
+
+def encoder_blocks(model):
+    """The `encoderblock_*` layers of a ViT, in order, or a clear error.
+
+    The blocks of the layout that every checkpoint is mapped to
+    (`encoderblock_3/attention/qkv_kernel`).
+    """
+    blocks = [layer for layer in model.layers if layer.name.startswith("encoderblock_")]
+    if not blocks:
+        raise ValueError(
+            f"Model {model.name!r} has no 'encoderblock_*' layers; "
+            "build it with keras_vit.VisionTransformer or a ViT* builder."
+        )
+    return blocks
 
 
 def registered(weights, variant=None):
@@ -92,7 +113,6 @@ def assign_canonical(model, tensors, source="checkpoint", resample_method="bicub
         initialised) and `"dropped"` (checkpoint weights not used).
     """
     from keras_vit.layers import resample_position_embeddings
-    from keras_vit.models import encoder_blocks
 
     weights = {w.path: w for w in model.weights}
     depth = len(encoder_blocks(model))
@@ -160,8 +180,6 @@ def load(model, path, resample_method=None):
     if path.endswith(".weights.h5"):
         model.load_weights(path)
         return model
-    from keras_vit.models import encoder_blocks
-
     tensors = read_tensors(path)
     layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads)
     assign_canonical(
@@ -171,82 +189,6 @@ def load(model, path, resample_method=None):
         resample_method=resample_method or source_resample_method(path),
     )
     return model
-
-
-def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
-    """Builds the ViT that a checkpoint file describes, with its weights.
-
-    The architecture, GELU form, LayerNorm epsilon and pixel normalisation
-    are read from the checkpoint (see `infer_architecture`); `overrides`
-    change any `VisionTransformer` argument, e.g. `input_shape=(384, 384,
-    3)` to fine-tune at a higher resolution (position embeddings
-    resampled), `classes=10` for a new zero-initialised head (on a file
-    without a head too),
-    `include_top=False` for features, or `representation_size=None` to drop
-    an ImageNet-21k `pre_logits` layer. As for a builder given the file as
-    `weights=`, an override that contradicts what the file records of its
-    encoder (`approximate_gelu=True` for an exact-GELU checkpoint) is a
-    `ValueError` naming both.
-
-    Args:
-        path: an official `.npz`, Hugging Face or timm `.safetensors` (or
-            `.bin`/`.pth` with torch) file; a `config.json` (and
-            `preprocessor_config.json`) beside it is read when present.
-        num_heads: the head count, for PyTorch-layout files that have no
-            `config.json` and a width outside the paper's table.
-        resample_method: `"bicubic"`, `"bicubic_antialias"` or `"bilinear"`
-            position resampling; `None`: the checkpoint's own (see
-            `source_resample_method`).
-        **overrides: `VisionTransformer` arguments.
-
-    Returns:
-        A `keras.Model`.
-
-    Example:
-
-    ```python
-    model = keras_vit.weights.from_checkpoint(
-        "ViT-B_16.npz", input_shape=(384, 384, 3), classes=10
-    )
-    ```
-    """
-    from keras_vit.models import VisionTransformer
-    from keras_vit.models.vision_transformer import FROM_CHECKPOINT
-
-    path = os.fspath(path)
-    if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
-        raise ValueError(
-            f"path={path!r} is not an existing checkpoint file ending in one "
-            f"of {', '.join(CHECKPOINT_SUFFIXES)}."
-        )
-    unknown = set(overrides) - set(inspect.signature(VisionTransformer).parameters)
-    if unknown:
-        raise TypeError(
-            f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
-        )
-    if "weights" in overrides:
-        raise TypeError(
-            f"from_checkpoint loads path={path!r}; it takes no `weights`. Received: "
-            f"weights={overrides['weights']!r}"
-        )
-    with reading_once():  # for its shapes here, then by the builder: one read
-        _, arguments = infer_architecture(path, read_tensors(path), num_heads)
-        if num_heads is not None and num_heads != arguments["num_heads"]:
-            raise ValueError(
-                f"num_heads={num_heads!r} contradicts the checkpoint path={path!r}, whose model "
-                f"has num_heads={arguments['num_heads']!r}. Leave num_heads unset."
-            )
-        # The architecture from here; the builder takes the function (GELU form,
-        # tokens, normalisation, head, resampling) from the file as it does for
-        # any `weights=`, and refuses an override that contradicts it.
-        architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
-        if "classes" in overrides and "include_top" not in overrides:
-            architecture["include_top"] = True  # a head asked for, the file with one or not
-        elif arguments["pooling"] is None and not arguments["include_top"]:
-            architecture["pooling"] = None  # an encoder's file: its tokens
-        if resample_method is not None:
-            architecture["resample_method"] = resample_method
-        return VisionTransformer(**{**architecture, **overrides}, weights=path)
 
 
 # What a checkpoint's tensors themselves show (token layout, LayerScale, head).
@@ -333,22 +275,3 @@ def function_arguments(weights, variant=None, num_heads=None):
     function["base_image_size"] = arguments.get("base_image_size") or arguments["input_shape"][:2]
     function["resample_method"] = arguments.get("resample_method") or source_resample_method(path)
     return function, recorded
-
-
-class _CheckpointReader:
-    """What the builders of `keras_vit.models` need from this package."""
-
-    registered = staticmethod(registered)
-    resolve = staticmethod(resolve)
-    function_arguments = staticmethod(function_arguments)
-    load = staticmethod(load)
-    reading_once = staticmethod(reading_once)
-
-
-def _register_with_the_builders():
-    from keras_vit.models.vision_transformer import set_checkpoint_reader
-
-    set_checkpoint_reader(_CheckpointReader())
-
-
-_register_with_the_builders()

@@ -28,8 +28,9 @@ def infer_architecture(path, tensors, num_heads=None):
 
     Shapes give the width, depth, patch size, MLP width, position grid,
     class token, `pre_logits` and head; the head count comes from the
-    official kernels, `config.json` beside the file, `num_heads`, or the
-    paper's variant table. The GELU form, LayerNorm epsilon and pixel
+    official kernels, `config.json` beside the file or `num_heads` (`None`
+    where none of them says it: `keras_vit.models.checkpoint_architecture`
+    takes it from the paper's variant table). The GELU form, LayerNorm epsilon and pixel
     normalisation follow the checkpoint's source: the official code uses
     tanh GELU and eps 1e-6 on `[-1, 1]` pixels; Hugging Face its config
     (`hidden_act`, `layer_norm_eps`) and `preprocessor_config.json`; timm
@@ -68,17 +69,6 @@ def infer_architecture(path, tensors, num_heads=None):
         num_heads = shapes["encoderblock_0/attention/qkv_kernel"].shape[2]
     else:  # what the file records comes first: a builder checks its own against it
         num_heads = config.get("num_attention_heads") or num_heads
-    if num_heads is None:
-        from keras_vit.models.variants import WIDTHS
-
-        by_width = {row[0]: row[2] for row in WIDTHS.values()}
-        if hidden_dim not in by_width:
-            raise ValueError(
-                f"{path!r}: the head count of a width-{hidden_dim} ViT is not "
-                "in the checkpoint, a config.json or the variant table; pass "
-                "num_heads."
-            )
-        num_heads = by_width[hidden_dim]
     class_token = "class_token/token" in shapes
     positions = (
         shapes["position_embedding/embeddings"].shape[1]
@@ -92,7 +82,7 @@ def infer_architecture(path, tensors, num_heads=None):
         "patch_size": (patch_h, patch_w) if patch_h != patch_w else int(patch_h),
         "hidden_dim": int(hidden_dim),
         "num_layers": depth,
-        "num_heads": int(num_heads),
+        "num_heads": None if num_heads is None else int(num_heads),
         "mlp_dim": int(shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]),
         "input_shape": (grid * patch_h, grid * patch_w, int(channels)),
         "class_token": class_token,

@@ -65,7 +65,7 @@ def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, 
     # Fine-tuning with zero epochs of change would prove nothing; check the
     # model it starts from instead: `train(weights=...)` builds it through
     # from_checkpoint, as `keras-vit finetune` does.
-    from keras_vit.training.loop import checkpoint_architecture
+    from keras_vit.models import checkpoint_architecture
 
     architecture = checkpoint_architecture(os.path.join(out, "model.keras"))
     assert architecture["hidden_dim"] == 64 and architecture["input_shape"] == (16, 16, 3)

@@ -17,7 +17,8 @@ import pytest
 from keras import ops
 
 import keras_vit
-from keras_vit.weights import assign_canonical, from_checkpoint, load
+from keras_vit.models import from_checkpoint
+from keras_vit.weights import assign_canonical, load
 from keras_vit.weights.converters import to_canonical
 from keras_vit.weights.converters.official import to_official
 from keras_vit.weights.readers import read_tensors

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.weights import from_checkpoint
+from keras_vit.models import from_checkpoint
 from tests.layers.test_attention_pooling import timm_pool_tensors
 from tests.reference import timm_vit_map
 

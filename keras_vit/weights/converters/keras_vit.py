@@ -7,7 +7,6 @@ or a file of an earlier keras_vit, whose models were plain functional ones).
 
 import numpy as np
 
-from keras_vit.models.vision_transformer import DEFAULT_INPUT_SHAPE
 from keras_vit.weights.readers import keras_layer_configs, keras_model_config
 
 # What a `VisionTransformer` configuration says that the tensors' shapes do not.
@@ -31,16 +30,26 @@ def _listed(value):
     return tuple(_listed(v) for v in value) if isinstance(value, list) else value
 
 
+def _table_image_size(grid_size, patch_size, stem_filters, stem_strides):
+    """The image size that a position table of `grid_size` was laid out for."""
+    stride = int(np.prod(stem_strides or [2] * len(stem_filters or ())))
+    return tuple(int(g) * int(p) * stride for g, p in zip(grid_size, patch_size))
+
+
 def function_arguments(path, arguments):
     """What a keras_vit `.keras` file's configuration adds to its shapes."""
     saved = keras_model_config(path)
     model = saved["config"]
     if "layers" not in model:  # a VisionTransformer: its arguments, as built
         built = {name: _listed(value) for name, value in model.items()}
+        # The shapes' input size: the position table's grid of patches.
+        grid_pixels = arguments["input_shape"][:2]
         arguments["input_shape"] = built["input_shape"]
         arguments.update({name: built[name] for name in _FUNCTION})
         if built["input_shape"][0] is None:  # a model of run-time resolution: its table's size
-            arguments["base_image_size"] = built["base_image_size"] or DEFAULT_INPUT_SHAPE[:2]
+            arguments["base_image_size"] = built["base_image_size"] or _table_image_size(
+                grid_pixels, (1, 1), built["stem_filters"], built["stem_strides"]
+            )
         if built["stem_filters"] is not None:
             for name in ("stem_filters", "stem_strides", "stem_downsampling"):
                 arguments[name] = built[name]
@@ -59,15 +68,12 @@ def function_arguments(path, arguments):
         arguments["resample_method"] = positions["resample_method"]
     if arguments["input_shape"][0] is None and "grid_size" in positions:
         # A model of run-time resolution: its table's image size.
-        stride = int(
-            np.prod(
-                configs.get("stem", {}).get("strides")
-                or [2] * len(configs.get("stem", {}).get("filters", ()))
-            )
-        )
-        patch = configs.get("patch_embedding", {}).get("patch_size", (1, 1))
-        arguments["base_image_size"] = tuple(
-            int(g) * int(p) * stride for g, p in zip(positions["grid_size"], patch)
+        stem = configs.get("stem", {})
+        arguments["base_image_size"] = _table_image_size(
+            positions["grid_size"],
+            configs.get("patch_embedding", {}).get("patch_size", (1, 1)),
+            stem.get("filters"),
+            stem.get("strides"),
         )
     block = configs.get("encoderblock_0", {})
     arguments["approximate_gelu"] = block.get("approximate_gelu", True)
