@@ -18,6 +18,26 @@ import threading
 import keras
 
 
+def channels_last_input(model):
+    """`model`, or for a channels-first ViT a model of it that takes channels-last images.
+
+    Every export serves `(batch, height, width, channels)` images, as its
+    signature says: TF Serving's decoders, LiteRT's and ONNX's image tools
+    make them. The wrapper moves the channels first again (layer
+    `channels_first`) before the model, which moves them last (its
+    `channels_last` layer): converters fold the two transposes.
+    """
+    layers = getattr(model, "layers", ())
+    if len(getattr(model, "inputs", None) or ()) != 1 or not any(
+        layer.name == "channels_last" for layer in layers
+    ):
+        return model
+    channels, height, width = model.inputs[0].shape[1:]
+    images = keras.Input((height, width, channels), name="images")
+    outputs = model(keras.layers.Permute((3, 1, 2), name="channels_first")(images))
+    return keras.Model(images, outputs, name=model.name)
+
+
 def input_spec(model, batch_size=None, image_size=None, any_size=False):
     """`(shape, dtype)` of the model's image input, with the given batch.
 

@@ -227,6 +227,7 @@ def tflite(
     keras_vit.export.tflite(model, "vit.tflite", quantization="dynamic")
     ```
     """
+    model = graph.channels_last_input(model)
     quantization = _check_quantization(quantization)
     path = os.fspath(path)
     if not path.endswith(".tflite"):
@@ -378,6 +379,7 @@ def check_tflite(path, model, images, num_threads=2, latency_runs=50, verbose=0)
         `num_threads` threads) and `xnnpack_partitions`
         (`delegate_partitions`).
     """
+    model = graph.channels_last_input(model)
     import keras
 
     images = np.asarray(images, "float32")

@@ -106,6 +106,7 @@ class ConvStem(keras.layers.Layer):
                     3,
                     strides=stride if stage == "convolution" else 1,
                     padding="same",
+                    data_format="channels_last",  # whatever the global image format
                     use_bias=False,
                     dtype=self.dtype_policy,
                     name=f"conv_{index}",

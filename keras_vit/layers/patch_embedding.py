@@ -20,29 +20,34 @@ def _pair(value, name):
     return tuple(pair)
 
 
-def patch_grid(image_size, patch_size):
+def patch_grid(image_size, patch_size, pad_to_patches=False):
     """The patch grid `(rows, cols)` of an image, or a clear error.
 
     Args:
         image_size: `(height, width)` of the image.
         patch_size: int or `(height, width)` of one patch.
+        pad_to_patches: bool, whether the image is padded on the right and
+            bottom to whole patches (the grid rounds up) rather than required
+            to be a multiple of the patch size.
 
     Returns:
-        `(height // patch_height, width // patch_width)`.
+        `(height // patch_height, width // patch_width)`, rounded up with
+        `pad_to_patches`.
 
     Raises:
-        ValueError: when a side is not divisible by the patch size.
+        ValueError: when a side is not divisible by the patch size and
+            `pad_to_patches` is False.
     """
     patch_size = _pair(patch_size, "patch_size")
     for side, size, patch in zip(("height", "width"), image_size, patch_size):
-        if size is not None and size % patch:
+        if size is not None and size % patch and not pad_to_patches:
             raise ValueError(
-                f"image {side} {size} is not divisible by patch size {patch}. "
-                f"Received: image_size={tuple(image_size)}, "
+                f"image {side} {size} is not divisible by patch size {patch} (pad_to_patches=True "
+                f"pads it to whole patches). Received: image_size={tuple(image_size)}, "
                 f"patch_size={patch_size}"
             )
     return tuple(
-        None if size is None else size // patch for size, patch in zip(image_size, patch_size)
+        None if size is None else -(-size // patch) for size, patch in zip(image_size, patch_size)
     )
 
 
@@ -84,7 +89,9 @@ class PatchEmbedding(keras.layers.Layer):
     Images of a size known only at run time (a model with
     `input_shape=(None, None, C)`) are checked when they arrive: a side
     that is not a multiple of the patch size is an error naming both,
-    where a strided convolution would silently drop the remainder.
+    where a strided convolution would silently drop the remainder. With
+    `pad_to_patches=True` such images are padded with zeros on the right
+    and bottom to whole patches instead (timm's `dynamic_img_pad`).
 
     Args:
         patch_size: int or `(height, width)`, the size of one patch.
@@ -96,6 +103,9 @@ class PatchEmbedding(keras.layers.Layer):
         flatten: bool, whether to return a token sequence (`True`) or the
             patch grid `(batch, rows, cols, hidden_dim)` (`False`).
             Defaults to `True`.
+        pad_to_patches: bool, whether images of sides that are not multiples
+            of the patch size are zero-padded on the right and bottom to
+            whole patches (`True`) or refused (`False`, the default).
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -112,6 +122,9 @@ class PatchEmbedding(keras.layers.Layer):
     >>> layer = PatchEmbedding(patch_size=16, hidden_dim=64)
     >>> tuple(layer(keras.ops.ones((2, 32, 48, 3))).shape)
     (2, 6, 64)
+    >>> padded = PatchEmbedding(patch_size=16, hidden_dim=64, pad_to_patches=True)
+    >>> tuple(padded(keras.ops.ones((2, 30, 40, 3))).shape)
+    (2, 6, 64)
     """
 
     def __init__(
@@ -122,6 +135,7 @@ class PatchEmbedding(keras.layers.Layer):
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
         flatten=True,
+        pad_to_patches=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -133,6 +147,7 @@ class PatchEmbedding(keras.layers.Layer):
         self.hidden_dim = hidden_dim
         self.use_bias = use_bias
         self.flatten = flatten
+        self.pad_to_patches = bool(pad_to_patches)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
 
@@ -149,7 +164,7 @@ class PatchEmbedding(keras.layers.Layer):
                 "The channel axis of the images must be known. "
                 f"Received: input_shape={tuple(input_shape)}"
             )
-        patch_grid(input_shape[1:3], self.patch_size)
+        patch_grid(input_shape[1:3], self.patch_size, self.pad_to_patches)
         self.input_spec = keras.InputSpec(ndim=4, axes={-1: channels})
         self.kernel = self.add_weight(
             name="kernel",
@@ -168,11 +183,24 @@ class PatchEmbedding(keras.layers.Layer):
 
     def call(self, inputs):
         size = tuple(ops.shape(inputs)[1:3])
-        if all(isinstance(side, int) for side in size):
+        if self.pad_to_patches:
+            # Sides known or not (a TensorFlow graph of any size), the same op.
+            padding = [
+                (0, 0 if side is None else (-side) % patch)
+                for side, patch in zip(size, self.patch_size)
+            ]
+            inputs = ops.pad(inputs, [(0, 0), *padding, (0, 0)])
+        elif all(isinstance(side, int) for side in size):
             patch_grid(size, self.patch_size)
         elif None not in size:  # a TensorFlow graph for images of any size
             inputs = _checked_multiple(inputs, size, self.patch_size)
-        x = ops.conv(inputs, self.kernel, strides=self.patch_size, padding="valid")
+        x = ops.conv(
+            inputs,
+            self.kernel,
+            strides=self.patch_size,
+            padding="valid",
+            data_format="channels_last",  # whatever the global image format
+        )
         if self.bias is not None:
             x = x + self.bias
         if not self.flatten:
@@ -180,7 +208,7 @@ class PatchEmbedding(keras.layers.Layer):
         return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_dim))
 
     def compute_output_shape(self, input_shape):
-        rows, cols = patch_grid(input_shape[1:3], self.patch_size)
+        rows, cols = patch_grid(input_shape[1:3], self.patch_size, self.pad_to_patches)
         if not self.flatten:
             return (input_shape[0], rows, cols, self.hidden_dim)
         tokens = None if rows is None or cols is None else rows * cols
@@ -196,6 +224,7 @@ class PatchEmbedding(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "flatten": self.flatten,
+                "pad_to_patches": self.pad_to_patches,
             }
         )
         return config

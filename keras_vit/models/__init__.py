@@ -22,6 +22,7 @@ from keras_vit.models.vision_transformer import (
     ViTTi16,
     default_image_size,
     feature_extractor,
+    image_shape,
     patch_pixels,
 )
 from keras_vit.weights import encoder_blocks

@@ -3,8 +3,14 @@
 import inspect
 import os
 
+import keras
+
 from keras_vit.models.variants import WIDTHS
-from keras_vit.models.vision_transformer import FROM_CHECKPOINT, VisionTransformer
+from keras_vit.models.vision_transformer import (
+    FROM_CHECKPOINT,
+    VisionTransformer,
+    in_data_format,
+)
 from keras_vit.weights.architecture import infer_architecture
 from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_tensors, reading_once
 
@@ -116,6 +122,9 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
         # tokens, normalisation, head, resampling) from the file as it does for
         # any `weights=`, and refuses an override that contradicts it.
         architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
+        # The file's images are channels-last; the model's in its own layout.
+        data_format = overrides.get("data_format") or keras.config.image_data_format()
+        architecture["input_shape"] = in_data_format(architecture["input_shape"], data_format)
         if "classes" in overrides and "include_top" not in overrides:
             architecture["include_top"] = True  # a head asked for, the file with one or not
         elif arguments["pooling"] is None and not arguments["include_top"]:

@@ -22,6 +22,17 @@ from keras_vit.weights import encoder_blocks
 # keras.applications' "avg" is the paper's "gap" (the mean of the patch tokens).
 POOLINGS = ("token", "gap", "avg", "max", "token_gap", "map")
 DEFAULT_INPUT_SHAPE = (224, 224, 3)
+DATA_FORMATS = ("channels_last", "channels_first")
+
+
+def channels_last(shape, data_format):
+    """An image shape in the layout of `data_format` as `(height, width, channels)`."""
+    return (*shape[1:], shape[0]) if data_format == "channels_first" else tuple(shape)
+
+
+def in_data_format(shape, data_format):
+    """An image shape `(height, width, channels)` in the layout of `data_format`."""
+    return (shape[-1], *shape[:-1]) if data_format == "channels_first" else tuple(shape)
 
 
 # Pixel statistics (in [0, 1] units) that checkpoints were trained with.
@@ -61,7 +72,8 @@ def _pixel_rescaling(normalization, channels):
     }
 
 
-def _validate_input_shape(input_shape, input_tensor):
+def _validate_input_shape(input_shape, input_tensor, data_format):
+    """The input shape, in `data_format`'s layout, of the user's arguments, or a clear error."""
     if input_tensor is not None:
         if not keras.backend.is_keras_tensor(input_tensor):
             raise TypeError(
@@ -76,16 +88,19 @@ def _validate_input_shape(input_shape, input_tensor):
             )
         input_shape = tensor_shape
     if input_shape is None:
-        return DEFAULT_INPUT_SHAPE
+        return in_data_format(DEFAULT_INPUT_SHAPE, data_format)
     input_shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else input_shape
     if (
         not isinstance(input_shape, tuple)
         or len(input_shape) != 3
         or not all(s is None or (isinstance(s, int) and s > 0) for s in input_shape)
-        or input_shape[-1] is None
+        or channels_last(input_shape, data_format)[-1] is None
     ):
+        layout = "(height, width, channels)"
+        if data_format == "channels_first":
+            layout = "(channels, height, width)"
         raise ValueError(
-            "`input_shape` must be (height, width, channels) with positive "
+            f"`input_shape` must be {layout} ({data_format}) with positive "
             "ints, height and width `None` for images of any size. "
             f"Received: input_shape={input_shape!r}"
         )
@@ -280,15 +295,28 @@ class VisionTransformer(keras.Model):
             checkpoint's encoder is a `ValueError` naming both.
         input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
             the image input.
-        input_shape: `(height, width, channels)`; defaults to the
+        input_shape: `(height, width, channels)` (`(channels, height,
+            width)` with `data_format="channels_first"`); defaults to the
             checkpoint's (a registered one's, a file's position table and
             patch embedding), else `(224, 224, 3)`. Height and width must
-            be multiples of the patch size. `(None, None, channels)` builds
+            be multiples of the patch size unless `pad_to_patches`.
+            `(None, None, channels)` builds
             a model of run-time resolution: it takes images of any size
             that is a multiple of the patch size (one size per batch) and
             resamples its position embeddings inside the graph for each
             (see `base_image_size` and `resample_method`); a size that is
             not a multiple is an error naming it when the images arrive.
+        data_format: `"channels_last"` (images `(batch, height, width,
+            channels)`), `"channels_first"` (`(batch, channels, height,
+            width)`), or `None` for `keras.config.image_data_format()`.
+            The layout of the input only: a channels-first model moves the
+            channels last first (layer `channels_last`), so its weights,
+            checkpoints and tokens are those of a channels-last model.
+        pad_to_patches: bool, whether images whose sides are not multiples
+            of the patch size are zero-padded on the right and bottom to
+            whole patches (after the normalisation and the stem, as timm's
+            `dynamic_img_pad`); `False` refuses them with an error naming
+            the size.
         pooling: (the checkpoint's, else `"token"`) `"token"` (class token),
             `"gap"` or `"avg"` (mean of the patch tokens; `"avg"` is
             keras.applications' name), `"max"` (each feature's largest value
@@ -406,6 +434,8 @@ class VisionTransformer(keras.Model):
         weights=None,
         input_tensor=None,
         input_shape=None,
+        data_format=None,
+        pad_to_patches=False,
         pooling=_FROM_WEIGHTS["pooling"],
         classes=_FROM_WEIGHTS["classes"],
         classifier_activation="softmax",
@@ -479,7 +509,8 @@ class VisionTransformer(keras.Model):
     def from_config(cls, config, custom_objects=None):
         if "layers" in config:  # a graph's config (see `get_config`)
             return keras.Model.from_config(config, custom_objects=custom_objects)
-        return cls(**config)
+        # Files of versions without `data_format` were channels-last.
+        return cls(**{"data_format": "channels_last", **config})
 
 
 # The arguments that a model's configuration holds (all but `weights`,
@@ -524,6 +555,13 @@ def _resolve_checkpoint(given, weights, input_tensor):
     """
     arguments = dict(given)
     arguments["patch_size"] = patch_size = _pair(given["patch_size"], "patch_size")
+    data_format = given["data_format"] or keras.config.image_data_format()
+    if data_format not in DATA_FORMATS:
+        raise ValueError(
+            f"`data_format` must be one of {DATA_FORMATS} or None. "
+            f"Received: data_format={given['data_format']!r}"
+        )
+    arguments["data_format"] = data_format
     width, depth, heads, mlp = (
         given[name] for name in ("hidden_dim", "num_layers", "num_heads", "mlp_dim")
     )
@@ -542,7 +580,11 @@ def _resolve_checkpoint(given, weights, input_tensor):
             input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
         elif "input_shape" in source:
             input_shape = source["input_shape"]
-    arguments["input_shape"] = input_shape = _validate_input_shape(input_shape, input_tensor)
+        if input_shape is not None:  # a checkpoint's images are channels-last
+            input_shape = in_data_format(input_shape, data_format)
+    input_shape = _validate_input_shape(input_shape, input_tensor, data_format)
+    arguments["input_shape"] = input_shape
+    input_shape = channels_last(input_shape, data_format)
     if isinstance(given["classes"], _FromWeights):
         arguments["classes"] = source.get("classes", given["classes"].default)
     function = {name: given[name] for name in _FROM_WEIGHTS if name != "classes"}
@@ -578,7 +620,7 @@ def _plan(arguments):
             f"`resample_method` must be one of {vit_layers.position_embedding.RESAMPLE_METHODS}. "
             f"Received: resample_method={a['resample_method']!r}"
         )
-    input_shape = a["input_shape"]
+    input_shape = channels_last(a["input_shape"], a["data_format"])
     dynamic = None in input_shape[:2]
     vit_layers.patch_dropout.check_rate(a["patch_dropout_rate"], "patch_dropout_rate")
     if a["patch_dropout_rate"] and dynamic:
@@ -598,7 +640,7 @@ def _plan(arguments):
             a["stem_filters"], a["stem_strides"], downsampling=a["stem_downsampling"], name="stem"
         )
         table_size = stem.output_size(table_size)
-    grid_size = vit_layers.patch_grid(table_size, a["patch_size"])
+    grid_size = vit_layers.patch_grid(table_size, a["patch_size"], a["pad_to_patches"])
     pooling, include_top = a["pooling"], a["include_top"]
     if pooling not in POOLINGS and not (pooling is None and not include_top):
         allowed = POOLINGS if include_top else POOLINGS + (None,)
@@ -650,6 +692,8 @@ def _embed(images, arguments, plan):
     """Pixels to the encoder's input tokens; also returns how many precede the patches."""
     a, width = arguments, arguments["hidden_dim"]
     x = images
+    if a["data_format"] == "channels_first":
+        x = keras.layers.Permute((2, 3, 1), name="channels_last")(x)
     if a["include_rescaling"]:
         x = keras.layers.Rescaling(**plan.rescaling, name="rescaling")(x)
     if plan.stem is not None:
@@ -659,11 +703,17 @@ def _embed(images, arguments, plan):
         # The patch grid is known when an image arrives; the position
         # embeddings read it from the unflattened patches.
         patches = vit_layers.PatchEmbedding(
-            a["patch_size"], width, flatten=False, name="patch_embedding"
+            a["patch_size"],
+            width,
+            flatten=False,
+            pad_to_patches=a["pad_to_patches"],
+            name="patch_embedding",
         )(x)
         x = keras.layers.Reshape((-1, width), name="patch_tokens")(patches)
     else:
-        x = vit_layers.PatchEmbedding(a["patch_size"], width, name="patch_embedding")(x)
+        x = vit_layers.PatchEmbedding(
+            a["patch_size"], width, pad_to_patches=a["pad_to_patches"], name="patch_embedding"
+        )(x)
     # Token order: class, distillation, registers, patches. Registers come
     # after the position embeddings, which they have none of.
     if a["distillation_token"]:
@@ -764,6 +814,14 @@ def _head(tokens, arguments, num_prefix_tokens):
     return x
 
 
+def image_shape(model):
+    """`(height, width, channels)` of a ViT's images, whichever its `data_format`."""
+    shape = tuple(model.input_shape[1:])
+    if any(layer.name == "channels_last" for layer in model.layers):
+        return channels_last(shape, "channels_first")
+    return shape
+
+
 def default_image_size(model):
     """`(height, width)` of the images a ViT takes unless told otherwise.
 
@@ -771,7 +829,7 @@ def default_image_size(model):
     (`input_shape=(None, None, C)`), the size its position table is laid
     out for (`base_image_size`), where it computes without resampling.
     """
-    size = tuple(model.input_shape[1:3])
+    size = image_shape(model)[:2]
     if None not in size:
         return size
     grid = model.get_layer("position_embedding").grid_size

@@ -131,6 +131,7 @@ def pretrain(
         **{**arguments, "pooling": None},
         include_top=False,
         input_shape=(image_size, image_size, channels),
+        data_format="channels_last",  # the pipelines' images, whatever Keras' default
         dropout_rate=recipe.dropout_rate,
         drop_path_rate=recipe.drop_path_rate,
         seed=seed,

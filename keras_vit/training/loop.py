@@ -306,6 +306,7 @@ def train(
         )
     options = dict(
         input_shape=(image_size, image_size, channels),
+        data_format="channels_last",  # the pipelines' images, whatever Keras' default
         classes=train_data.num_classes,
         classifier_activation=None,
         dropout_rate=recipe.dropout_rate,

@@ -45,7 +45,12 @@ def function_arguments(path, arguments):
         # The shapes' input size: the position table's grid of patches.
         grid_pixels = arguments["input_shape"][:2]
         arguments["input_shape"] = built["input_shape"]
+        if built.get("data_format") == "channels_first":  # the images' shape, channels last
+            channels, *size = built["input_shape"]
+            arguments["input_shape"] = (*size, channels)
         arguments.update({name: built[name] for name in _FUNCTION})
+        # (A file of a version before the option pads nothing.)
+        arguments["pad_to_patches"] = built.get("pad_to_patches", False)
         if built["input_shape"][0] is None:  # a model of run-time resolution: its table's size
             arguments["base_image_size"] = built["base_image_size"] or _table_image_size(
                 grid_pixels, (1, 1), built["stem_filters"], built["stem_strides"]
@@ -63,6 +68,9 @@ def function_arguments(path, arguments):
     )
     if batch_shape:
         arguments["input_shape"] = tuple(batch_shape[1:])
+        if "channels_last" in configs:  # a channels-first model's graph
+            channels, *size = arguments["input_shape"]
+            arguments["input_shape"] = (*size, channels)
     positions = configs.get("position_embedding", {})
     if "resample_method" in positions:
         arguments["resample_method"] = positions["resample_method"]
