@@ -183,6 +183,10 @@ def load_run_model(path, classifier=True):
             f"outputs {outputs[0] if len(outputs) == 1 else outputs}): a pre-training or "
             f"feature model? Fine-tune it into one first: keras-vit finetune {path}"
         )
+    if classifier:  # the commands' pipelines make channels-last images
+        from keras_vit.export.graph import channels_last_input
+
+        model = channels_last_input(model)
     names_path = os.path.join(os.path.dirname(os.path.abspath(path)), "class_names.json")
     class_names = None
     if os.path.isfile(names_path):
