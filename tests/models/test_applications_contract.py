@@ -29,6 +29,14 @@ WIDTH = 192  # ViT-Ti/16's: Keras' `last_dim`
 DATA_FORMATS = ("channels_first", "channels_last")
 
 
+def shapes_only():
+    """Builds models whose shapes alone are checked, their weights left uninitialised.
+
+    (On JAX each new weight shape's random initialiser is a compilation.)
+    """
+    return keras.StatelessScope(initialize_variables=False)
+
+
 @pytest.fixture(params=DATA_FORMATS)
 def data_format(request):
     original = keras.config.image_data_format()
@@ -44,50 +52,55 @@ def image_shape(data_format, height, width, channels):
 
 
 def test_notop_variable_input_channels(data_format):
-    for channels in (1, 4):
-        model = keras_vit.ViTTi16(
-            weights=None,
-            include_top=False,
-            input_shape=image_shape(data_format, None, None, channels),
-            pooling=None,  # (the tokens: see the module's docstring)
-        )
-        assert list(model.outputs[0].shape) == [None, None, WIDTH]
+    with shapes_only():
+        for channels in (1, 4):
+            model = keras_vit.ViTTi16(
+                weights=None,
+                include_top=False,
+                input_shape=image_shape(data_format, None, None, channels),
+                pooling=None,  # (the tokens: see the module's docstring)
+            )
+            assert list(model.outputs[0].shape) == [None, None, WIDTH]
 
 
 def test_notop_custom_input_shape(data_format):
-    shape = image_shape(data_format, 123, 123, 3)
-    model = keras_vit.ViTTi16(
-        weights=None, include_top=False, input_shape=shape, pad_to_patches=True
-    )
-    last_dim_axis = 1 if data_format == "channels_first" else -1
-    assert list(model.outputs[0].shape)[last_dim_axis] == WIDTH
-    # 123 px: 8x8 patches of 16 px, the last row and column padded with zeros.
-    assert model.get_layer("position_embedding").grid_size == (8, 8)
-    with pytest.raises(ValueError, match="image height 123 is not divisible by patch size 16"):
-        keras_vit.ViTTi16(weights=None, include_top=False, input_shape=shape)
+    with shapes_only():
+        shape = image_shape(data_format, 123, 123, 3)
+        model = keras_vit.ViTTi16(
+            weights=None, include_top=False, input_shape=shape, pad_to_patches=True
+        )
+        last_dim_axis = 1 if data_format == "channels_first" else -1
+        assert list(model.outputs[0].shape)[last_dim_axis] == WIDTH
+        # 123 px: 8x8 patches of 16 px, the last row and column padded with zeros.
+        assert model.get_layer("position_embedding").grid_size == (8, 8)
+        with pytest.raises(ValueError, match="image height 123 is not divisible by patch size 16"):
+            keras_vit.ViTTi16(weights=None, include_top=False, input_shape=shape)
 
 
 def test_notop_custom_input_tensor(data_format):
-    inputs = keras.Input(shape=image_shape(data_format, 200, 200, 4), name="custom_input")
-    inputs = keras.layers.Conv2D(3, (2, 2), padding="valid", strides=(2, 2))(inputs)
-    model = keras_vit.ViTTi16(
-        weights=None, include_top=False, input_tensor=inputs, pad_to_patches=True
-    )
-    last_dim_axis = 1 if data_format == "channels_first" else -1
-    assert list(model.outputs[0].shape)[last_dim_axis] == WIDTH
-    assert model.inputs[0].shape[1:] == image_shape(data_format, 200, 200, 4)
+    with shapes_only():
+        inputs = keras.Input(shape=image_shape(data_format, 200, 200, 4), name="custom_input")
+        inputs = keras.layers.Conv2D(3, (2, 2), padding="valid", strides=(2, 2))(inputs)
+        model = keras_vit.ViTTi16(
+            weights=None, include_top=False, input_tensor=inputs, pad_to_patches=True
+        )
+        last_dim_axis = 1 if data_format == "channels_first" else -1
+        assert list(model.outputs[0].shape)[last_dim_axis] == WIDTH
+        assert model.inputs[0].shape[1:] == image_shape(data_format, 200, 200, 4)
 
 
 @pytest.mark.parametrize("pooling", ["max", "avg"])
 def test_pooling(data_format, pooling):
-    model = keras_vit.ViTTi16(weights=None, include_top=False, pooling=pooling)
-    assert list(model.outputs[0].shape) == [None, WIDTH]
-    assert model.inputs[0].shape[1:] == image_shape(data_format, 224, 224, 3)
+    with shapes_only():
+        model = keras_vit.ViTTi16(weights=None, include_top=False, pooling=pooling)
+        assert list(model.outputs[0].shape) == [None, WIDTH]
+        assert model.inputs[0].shape[1:] == image_shape(data_format, 224, 224, 3)
 
 
 def test_classifier_activation():
-    model = keras_vit.ViTTi16(weights=None, include_top=True, classifier_activation="softmax")
-    assert model.layers[-1].activation.__name__ == "softmax"
+    with shapes_only():
+        model = keras_vit.ViTTi16(weights=None, include_top=True, classifier_activation="softmax")
+        assert model.layers[-1].activation.__name__ == "softmax"
 
 
 def test_base_serializes_and_deserializes(data_format):
@@ -99,6 +112,10 @@ def test_base_serializes_and_deserializes(data_format):
 
 
 # Beyond Keras' test: the data format is the input's layout, nothing else.
+
+
+def outputs(model, images):
+    return keras.ops.convert_to_numpy(model(images, training=False))  # eager: no compilation
 
 
 def tiny(**kwargs):
@@ -115,24 +132,20 @@ def test_a_channels_first_model_computes_the_channels_last_ones_function(tmp_pat
     first = tiny(input_shape=(3, 14, 10), data_format="channels_first", pad_to_patches=True)
     assert [w.path for w in first.weights] == [w.path for w in last.weights]
     first.set_weights(last.get_weights())
-    expected = last.predict(images, verbose=0)
-    np.testing.assert_allclose(
-        first.predict(images.transpose(0, 3, 1, 2), verbose=0), expected, atol=1e-6
-    )
+    expected = outputs(last, images)
+    np.testing.assert_allclose(outputs(first, images.transpose(0, 3, 1, 2)), expected, atol=1e-6)
     # A checkpoint loads the same weights into either layout.
     last.save(tmp_path / "last.keras")
     loaded = keras_vit.from_checkpoint(tmp_path / "last.keras", data_format="channels_first")
     assert loaded.input_shape == (None, 3, 14, 10)
-    np.testing.assert_allclose(
-        loaded.predict(images.transpose(0, 3, 1, 2), verbose=0), expected, atol=1e-6
-    )
+    np.testing.assert_allclose(outputs(loaded, images.transpose(0, 3, 1, 2)), expected, atol=1e-6)
     # Padding is zeros after the normalisation: the same as padding the input
     # with the pixel value that normalises to zero, then no padding.
     grey = np.full((2, 16, 12, 3), 127.5, "float32")
     grey[:, :14, :10] = images
     exact = tiny(input_shape=(16, 12, 3))
     exact.set_weights(last.get_weights())
-    np.testing.assert_allclose(exact.predict(grey, verbose=0), expected, atol=1e-6)
+    np.testing.assert_allclose(outputs(exact, grey), expected, atol=1e-6)
 
 
 def test_a_model_of_any_size_pads_each_batch_to_whole_patches():
@@ -141,9 +154,7 @@ def test_a_model_of_any_size_pads_each_batch_to_whole_patches():
     images = np.random.default_rng(1).uniform(0, 255, (1, 13, 7, 3)).astype("float32")
     grey = np.full((1, 16, 8, 3), 127.5, "float32")
     grey[:, :13, :7] = images
-    np.testing.assert_allclose(
-        model.predict(images, verbose=0), model.predict(grey, verbose=0), atol=1e-6
-    )
+    np.testing.assert_allclose(outputs(model, images), outputs(model, grey), atol=1e-6)
 
 
 def test_a_bad_data_format_is_named():
