@@ -10,7 +10,8 @@ exporters.
 
 import importlib
 
-from keras_vit import layers, models, ops, optimizers, weights
+from keras_vit import labels, layers, models, ops, optimizers, weights
+from keras_vit.labels import decode_predictions
 from keras_vit.models import (
     VisionTransformer,
     ViTB8,
@@ -25,6 +26,7 @@ from keras_vit.models import (
     decode_variant,
     feature_extractor,
     from_checkpoint,
+    preprocess_input,
 )
 
 __version__ = "0.1.0"

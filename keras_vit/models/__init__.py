@@ -1,6 +1,7 @@
 """ViT models: the variant table, the functional builders, and the model a checkpoint describes."""
 
 from keras_vit.models.checkpoint import checkpoint_architecture, from_checkpoint
+from keras_vit.models.preprocessing import preprocess_input
 from keras_vit.models.variants import (
     PUBLISHED,
     SMALL_MODELS,

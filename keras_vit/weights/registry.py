@@ -29,6 +29,8 @@ class Checkpoint:
         representation_size: width of its `pre_logits` layer, or `None`.
         normalization: the pixel normalisation it was trained with
             (`"inception"`: `[-1, 1]`; `"imagenet"`: ImageNet mean/std).
+        label_set: the names of its head's classes (see
+            `keras_vit.labels.LABEL_SETS`), or `None`.
     """
 
     variant: str
@@ -38,6 +40,7 @@ class Checkpoint:
     classes: int = 1000
     representation_size: int = None
     normalization: str = "inception"
+    label_set: str = "imagenet-1k"
 
     @property
     def file_name(self):
@@ -152,6 +155,7 @@ def _register_published():
                 f"{GOOGLE}/imagenet21k/{file}",
                 classes=21843,
                 representation_size=widths[variant.split("/")[0]],
+                label_set="imagenet-21k",
             ),
         )
         if variant != "H/14":
@@ -189,7 +193,10 @@ def _register_published():
             f"{GOOGLE}/augreg/{variant.replace('/', '_')}-i21k-300ep-lr_0.001-"
             f"aug_{aug}-wd_{wd}-do_{drop}-sd_{drop}"
         )
-        register("augreg-imagenet21k", Checkpoint(variant, stem + ".npz", classes=21843))
+        register(
+            "augreg-imagenet21k",
+            Checkpoint(variant, stem + ".npz", classes=21843, label_set="imagenet-21k"),
+        )
         for size in (224, 384):
             run = stem
             if (variant, size) == ("B/32", 384):  # the recommended 384 run differs
