@@ -16,7 +16,7 @@ LIBRARY = {"ops", "layers", "models", "weights", "optimizers", "labels"}
 ALLOWED = {
     "ops": {"ops"},
     "layers": {"ops", "layers"},
-    "weights": {"ops", "layers", "weights"},
+    "weights": {"ops", "layers", "labels", "weights"},
     "models": {"ops", "layers", "weights", "models"},
     "optimizers": {"ops", "layers", "optimizers"},
     "labels": {"labels"},

@@ -100,17 +100,15 @@ def test_preprocess_input_normalises_as_the_models_own_rescaling(normalization):
         keras_vit.preprocess_input(images, data_format="NHWC")
 
 
-def test_a_registered_imagenet_checkpoint_names_its_predictions(tmp_path, monkeypatch):
-    # keras.applications' `test_application_base`, offline: a registered
-    # ImageNet-1k checkpoint (the official layout, from a file:// URL) built
-    # by name, fed through preprocess_input, decoded to names, serialised.
+@pytest.fixture
+def elephant_checkpoint(tmp_path, monkeypatch):
+    """An ImageNet-1k ViT-Ti/16 in the official layout, registered as "elephants" (file://)."""
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))
     source = keras_vit.ViTTi16(input_shape=(32, 32, 3), classifier_activation=None)
     randomize_weights(source)
-    head = source.get_layer("head")
     bias = np.zeros(1000, "float32")
     bias[386] = 50.0  # the head of a model that sees elephants everywhere
-    head.bias.assign(bias)
+    source.get_layer("head").bias.assign(bias)
     path = tmp_path / "Ti_16-elephants.npz"
     np.savez(path, **to_official(source))
     checkpoint = registry.Checkpoint(
@@ -120,6 +118,13 @@ def test_a_registered_imagenet_checkpoint_names_its_predictions(tmp_path, monkey
         image_size=32,
     )
     monkeypatch.setitem(registry.CHECKPOINTS, ("Ti/16", "elephants"), checkpoint)
+    return path
+
+
+def test_a_registered_imagenet_checkpoint_names_its_predictions(elephant_checkpoint):
+    # keras.applications' `test_application_base`, offline: a registered
+    # ImageNet-1k checkpoint (the official layout, from a file:// URL) built
+    # by name, fed through preprocess_input, decoded to names, serialised.
     model = keras_vit.ViTTi16(weights="elephants")
     images = np.random.default_rng(1).uniform(0, 255, (1, 32, 32, 3)).astype("float32")
     preds = keras.ops.convert_to_numpy(model(keras_vit.preprocess_input(images)))
@@ -128,3 +133,31 @@ def test_a_registered_imagenet_checkpoint_names_its_predictions(tmp_path, monkey
     config = keras.saving.serialize_keras_object(model)
     reconstructed = keras.saving.deserialize_keras_object(config)
     assert len(model.weights) == len(reconstructed.weights)
+
+
+@pytest.mark.slow
+def test_predict_names_the_classes_of_a_registered_checkpoint_and_of_a_file(
+    elephant_checkpoint, tmp_path, capsys
+):
+    from PIL import Image
+
+    from keras_vit.cli import main
+
+    photo = tmp_path / "photo.png"
+    Image.fromarray(np.full((40, 50, 3), 90, "uint8")).save(photo)
+    for model in ("Ti/16:elephants", str(elephant_checkpoint)):
+        assert main(["predict", str(photo), "--model", model, "--top-k", "1"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[-2:][0] == str(photo) and lines[-1].split()[0] == "African_elephant", lines
+    # A Hugging Face config.json beside a file names its classes.
+    assert keras_vit.weights.class_names(elephant_checkpoint, classes=1000)[386] == (
+        "African_elephant"
+    )
+    (tmp_path / "config.json").write_text('{"id2label": {"0": "zero", "1": "one"}}')
+    assert keras_vit.weights.class_names(elephant_checkpoint, classes=2) == ["zero", "one"]
+    with pytest.raises(SystemExit, match="neither a model file nor a registered checkpoint"):
+        main(["predict", str(photo), "--model", "Q/16:elephants"])
+    with pytest.raises(
+        SystemExit, match="nor a checkpoint registered for ViT-Ti/16 \\(registered: .*elephants"
+    ):
+        main(["predict", str(photo), "--model", "Ti/16:giraffes"])

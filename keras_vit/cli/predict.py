@@ -1,6 +1,8 @@
 """`keras-vit predict`: the top-k classes of image files, with a .keras or a .tflite
-model.
+model, a checkpoint file or a registered checkpoint.
 """
+
+import os
 
 from keras_vit.cli.common import (
     add_image_limit,
@@ -25,11 +27,40 @@ def add_parser(command):
     predict.add_argument(
         "--model",
         default="keras_vit_run/model.keras",
-        help="a .keras file, or a .tflite file from `keras-vit export`",
+        help="a .keras file, a .tflite file from `keras-vit export`, a checkpoint file "
+        "(.npz, .safetensors, .bin, .pth) or a registered checkpoint as VARIANT:NAME "
+        "(e.g. B/16:augreg-imagenet21k+imagenet2012; downloaded once): the last two "
+        "name their classes",
     )
     predict.add_argument("--top-k", type=positive_int, default=3, help="classes shown per image")
     add_image_limit(predict)
     predict.set_defaults(run=run, needs=NEEDS)
+
+
+def pretrained_model(spec):
+    """`(model, class_names)` of a checkpoint file or a registered `VARIANT:NAME`."""
+    import keras_vit
+    from keras_vit.weights import class_names
+    from keras_vit.weights.readers import CHECKPOINT_SUFFIXES
+
+    if os.path.isfile(spec) and spec.endswith(CHECKPOINT_SUFFIXES):
+        model = keras_vit.from_checkpoint(spec)
+        if len(model.outputs[0].shape) != 2 or "head" not in [la.name for la in model.layers]:
+            raise ValueError(
+                f"{spec} has no classification head (an encoder's checkpoint): fine-tune it "
+                f"into a classifier first: keras-vit finetune {spec}"
+            )
+        return model, class_names(spec, classes=model.output_shape[-1])
+    variant, _, name = spec.partition(":")
+    if not name or os.path.exists(spec):
+        return load_run_model(spec)  # its error: a missing or unreadable model file
+    if variant not in keras_vit.models.BUILDERS:
+        raise ValueError(
+            f"--model {spec!r} is neither a model file nor a registered checkpoint as "
+            f"VARIANT:NAME (variants: {', '.join(keras_vit.models.BUILDERS)})"
+        )
+    model = keras_vit.models.BUILDERS[variant](weights=name)
+    return model, class_names(name, variant)
 
 
 def run(args):
@@ -50,11 +81,14 @@ def run(args):
         else:
             from keras_vit.export.graph import outputs_probabilities
 
-            model, class_names = load_run_model(args.model)
+            if args.model.endswith(".keras"):
+                model, class_names = load_run_model(args.model)
+            else:
+                model, class_names = pretrained_model(args.model)
             height, width, channels = image_shape(model)
             runner = lambda images: model.predict(images, verbose=0)  # noqa: E731
             outputs_logits = not outputs_probabilities(model)
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:  # RuntimeError: a download that failed
         fail("predict", error)
     paths, batch = read_images(
         "predict", args.images, height, width, channels, args.max_image_pixels

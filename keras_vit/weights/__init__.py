@@ -24,7 +24,7 @@ from keras_vit.weights.readers import (
 KERAS_SUFFIXES = (".weights.h5", ".keras")
 # Heads keep their zero initialisation when a checkpoint has none that fits.
 HEAD_PREFIXES = ("head/", "head_dist/")
-SUFFIXES = KERAS_SUFFIXES + CHECKPOINT_SUFFIXES
+SUFFIXES = tuple(dict.fromkeys(KERAS_SUFFIXES + CHECKPOINT_SUFFIXES))
 
 
 def encoder_blocks(model):
@@ -94,6 +94,33 @@ def resolve(weights, variant=None):
     if checkpoint is None:
         return os.fspath(weights), None
     return registry.fetch(checkpoint), checkpoint
+
+
+def class_names(weights, variant=None, classes=None):
+    """The names of the classes of a checkpoint's head, or `None` where nothing names them.
+
+    A registered name's label set (see `keras_vit.labels`); for a file, the
+    `id2label` of the Hugging Face `config.json` beside it, else the label
+    set of its class count (`classes`: 1,000 ImageNet-1k, 21,843
+    ImageNet-21k, the counts of the published heads).
+
+    Example:
+
+    >>> class_names("imagenet21k+imagenet2012", "B/16")[386]
+    'African_elephant'
+    """
+    from keras_vit.labels import LABEL_SETS, label_set
+
+    checkpoint = registered(weights, variant)
+    if checkpoint is not None:
+        return (
+            [name for _, name in label_set(checkpoint.label_set)] if checkpoint.label_set else None
+        )
+    id2label = read_json_beside(os.fspath(weights), "config.json").get("id2label") or {}
+    if classes is not None and len(id2label) == classes:
+        return [id2label.get(str(index), str(index)) for index in range(classes)]
+    matching = [name for name, count in LABEL_SETS.items() if count == classes]
+    return [name for _, name in label_set(matching[0])] if matching else None
 
 
 def assign_canonical(model, tensors, source="checkpoint", resample_method="bicubic"):
