@@ -29,8 +29,9 @@ def add_parser(command):
         default="keras_vit_run/model.keras",
         help="a .keras file, a .tflite file from `keras-vit export`, a checkpoint file "
         "(.npz, .safetensors, .bin, .pth) or a registered checkpoint as VARIANT:NAME "
-        "(e.g. B/16:augreg-imagenet21k+imagenet2012; downloaded once): the last two "
-        "name their classes",
+        "(e.g. B/16:augreg-imagenet21k+imagenet2012) or on the Hugging Face Hub "
+        "(hf-hub:google/vit-base-patch16-224), downloaded once: the last three name "
+        "their classes",
     )
     predict.add_argument("--top-k", type=positive_int, default=3, help="classes shown per image")
     add_image_limit(predict)
@@ -43,7 +44,7 @@ def pretrained_model(spec):
     from keras_vit.weights import class_names
     from keras_vit.weights.readers import CHECKPOINT_SUFFIXES
 
-    if os.path.isfile(spec) and spec.endswith(CHECKPOINT_SUFFIXES):
+    if spec.startswith("hf-hub:") or os.path.isfile(spec) and spec.endswith(CHECKPOINT_SUFFIXES):
         model = keras_vit.from_checkpoint(spec)
         if len(model.outputs[0].shape) != 2 or "head" not in [la.name for la in model.layers]:
             raise ValueError(

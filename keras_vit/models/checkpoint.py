@@ -11,6 +11,7 @@ from keras_vit.models.vision_transformer import (
     VisionTransformer,
     in_data_format,
 )
+from keras_vit.weights import hub
 from keras_vit.weights.architecture import infer_architecture
 from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_tensors, reading_once
 
@@ -19,7 +20,7 @@ _HEADS_BY_WIDTH = {hidden_dim: heads for hidden_dim, _, heads, _ in WIDTHS.value
 
 
 def _checked_path(path, argument):
-    path = os.fspath(path)
+    path = os.fspath(hub.checkpoint_file(path))
     if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
         raise ValueError(
             f"{argument}={path!r} is not an existing checkpoint file ending in one "

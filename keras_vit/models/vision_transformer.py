@@ -464,6 +464,8 @@ class VisionTransformer(keras.Model):
         dtype=None,
     ):
         given = {key: value for key, value in locals().items() if key in _ARGUMENTS}
+        # A Hub checkpoint is its file (downloaded once): read like any other.
+        weights = checkpoints.hub.checkpoint_file(weights)
         # A checkpoint file is read for its shapes, then for its weights: once.
         reading = contextlib.nullcontext() if weights is None else checkpoints.reading_once()
         with reading:

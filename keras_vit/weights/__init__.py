@@ -10,7 +10,7 @@ theirs.
 import os
 import re
 
-from keras_vit.weights import registry
+from keras_vit.weights import hub, registry
 from keras_vit.weights.architecture import infer_architecture, source_resample_method
 from keras_vit.weights.converters import to_canonical
 from keras_vit.weights.converters.huggingface import IMAGENET_MODEL_TYPES
@@ -111,6 +111,7 @@ def class_names(weights, variant=None, classes=None):
     """
     from keras_vit.labels import LABEL_SETS, label_set
 
+    weights = hub.checkpoint_file(weights)
     checkpoint = registered(weights, variant)
     if checkpoint is not None:
         return (

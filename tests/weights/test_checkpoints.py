@@ -200,6 +200,56 @@ def test_huggingface_classifier_parity_and_new_head(tmp_path, classifier_referen
     )
 
 
+def hub_cache(root, repo_id, files, commit="5e7a0c1d"):
+    """A Hub cache as `huggingface_hub` lays it out: blobs, a snapshot of links, refs."""
+    repo = os.path.join(root, "models--" + repo_id.replace("/", "--"))
+    os.makedirs(os.path.join(repo, "refs"))
+    with open(os.path.join(repo, "refs", "main"), "w") as f:
+        f.write(commit)
+    snapshot = os.path.join(repo, "snapshots", commit)
+    os.makedirs(snapshot)
+    os.makedirs(os.path.join(repo, "blobs"))
+    for index, source in enumerate(files):
+        blob = os.path.join(repo, "blobs", f"blob{index}")
+        with open(source, "rb") as f, open(blob, "wb") as g:
+            g.write(f.read())
+        os.symlink(
+            os.path.join("..", "..", "blobs", f"blob{index}"),
+            os.path.join(snapshot, os.path.basename(source)),
+        )
+    return repo
+
+
+def test_hub_ids_read_the_hugging_face_cache_offline(tmp_path, monkeypatch, classifier_reference):
+    from huggingface_hub import constants
+
+    out, eps = classifier_reference
+    cache = tmp_path / "hub"
+    files = [os.path.join(out, name) for name in ("model.safetensors", "config.json")]
+    repo = hub_cache(cache, "someone/tiny-vit", files)
+    # The Hub said it has no preprocessor_config.json (the cache's marker of that).
+    os.makedirs(os.path.join(repo, ".no_exist", "5e7a0c1d"))
+    open(os.path.join(repo, ".no_exist", "5e7a0c1d", "preprocessor_config.json"), "w").close()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    model = from_checkpoint(
+        "hf-hub:someone/tiny-vit", include_rescaling=False, classifier_activation=None
+    )
+    assert max_error(model, out, 16, "logits") <= 1e-4
+    built = hf_model(eps, classes=5, classifier_activation=None, weights="hf-hub:someone/tiny-vit")
+    assert max_error(built, out, 16, "logits") <= 1e-4
+    names = keras_vit.weights.class_names("hf-hub:someone/tiny-vit", classes=5)
+    assert names == [f"LABEL_{i}" for i in range(5)]  # its config.json's id2label
+    with pytest.raises(RuntimeError, match="someone/other.* or its cache .*hf download"):
+        from_checkpoint("hf-hub:someone/other")
+    # A config the cache lacks offline, unknown to it: refused, not guessed.
+    os.remove(os.path.join(repo, ".no_exist", "5e7a0c1d", "preprocessor_config.json"))
+    with pytest.raises(RuntimeError, match="preprocessor_config.json of 'someone/tiny-vit'"):
+        from_checkpoint("hf-hub:someone/tiny-vit")
+    with pytest.raises(ValueError, match="hf-hub:<organisation>/<name>"):
+        from_checkpoint("hf-hub:tiny-vit")
+
+
 def test_another_resolution_matches_hf_interpolate_pos_encoding(tmp_path, vit_model_reference):
     out, eps = vit_model_reference
     path = os.path.join(out, "model.safetensors")
