@@ -325,8 +325,8 @@ def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distrib
     parser.add_argument(
         "--deterministic",
         action="store_true",
-        help="deterministic kernels: a killed and resumed run ends with the "
-        "weights of an uninterrupted one",
+        help="deterministic kernels and batch order: a killed and resumed run ends "
+        "with the weights of an uninterrupted one",
     )
     parser.add_argument(
         "--accumulate",

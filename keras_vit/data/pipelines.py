@@ -5,7 +5,8 @@ Debian Fashion-MNIST files) ends in the same `make_pipeline`: images as
 float32 `[0, 255]` pixels of the model's size and channels (the models
 normalise pixels themselves), one-hot float labels (so label smoothing,
 MixUp and CutMix apply), batched, optionally cached, prefetched, and
-shuffled and augmented deterministically from `seed`.
+shuffled and augmented from `seed` (in the same order on every run with
+`deterministic=True`), with tf.data's autotuning unless told otherwise.
 """
 
 import dataclasses
@@ -227,6 +228,9 @@ def make_pipeline(
     drop_remainder=None,
     shard=None,
     limit=None,
+    decode=None,
+    deterministic=False,
+    autotune=True,
 ):
     """Turns `(image, label)` examples into model-ready batches.
 
@@ -264,6 +268,20 @@ def make_pipeline(
             when the size is known, so that all workers run as many steps.
         limit: `None` or an int: only the first `limit` examples (a quick
             trial run; the sources' `Dataset.size` counts them the same).
+        decode: `None`, or a function of `(example, label)` to `(image,
+            label)` for examples that are not images yet (a folder's file
+            names): it runs after the shuffle, so the shuffle buffer holds
+            names rather than images (unless `cache`, which keeps the
+            decoded images); examples it fails on are dropped with a warning.
+        deterministic: bool, whether training batches come in the same
+            order on every run of a `seed` (`keras-vit train --deterministic`:
+            runs and resumes bit for bit); otherwise parallel steps may hand
+            over out of order, which keeps many cores busy. Each batch's
+            examples and augmentations follow `seed` either way, and
+            evaluation batches always keep the data's order.
+        autotune: bool, whether tf.data tunes its parallelism and buffers
+            to the machine while it runs (tf.data's default), or keeps them
+            fixed.
 
     Returns:
         `tf.data.Dataset` of `(float32 images (B, H, W, channels),
@@ -283,7 +301,8 @@ def make_pipeline(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
         )
     check_limit(limit)
-    image_spec = dataset.element_spec[0]
+    # (The images' spec: a folder's examples are names until `decode`.)
+    image_spec = (dataset if decode is None else dataset.take(0).map(decode)).element_spec[0]
     if image_spec.shape.rank not in (2, 3) or (
         image_spec.shape.rank == 3 and image_spec.shape[-1] not in (1, 3, 4)
     ):
@@ -343,6 +362,14 @@ def make_pipeline(
     def counted(data):
         return tf.data.Dataset.zip(tf.data.Dataset.counter(), data)
 
+    deterministic = deterministic or not training  # predictions line up with their files
+    parallel = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+    def decoded(data):
+        if decode is None:
+            return data
+        return data.map(decode, **parallel).ignore_errors(log_warning=True)
+
     data = dataset if limit is None else dataset.take(limit)
     if shard is not None:
         size = int(data.cardinality())
@@ -350,27 +377,26 @@ def make_pipeline(
         if size >= 0:
             data = data.take(size // shard[0])
     if cache:
-        data = data.cache()
+        data = decoded(data).cache()
     if training:
         buffer = shuffle_buffer or 60_000
         data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if not cache:
+        data = decoded(data)
     if not per_batch:  # varying sizes: one size per example before batching
         if random_crop:
-            data = counted(data).map(
-                crop_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-            )
+            data = counted(data).map(crop_one, **parallel)
         else:
-            data = data.map(view_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            data = data.map(view_one, **parallel)
     data = data.batch(
         batch_size, drop_remainder=training if drop_remainder is None else drop_remainder
     )
-    data = counted(data).map(finish_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    data = counted(data).map(finish_batch, **parallel)
     if training and augmentation is not None:
-        data = data.map(augmentation, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        data = data.map(augmentation, **parallel)
     options = tf.data.Options()
-    options.deterministic = True
-    # On a 2-core machine autotuning steals cycles from training.
-    options.autotune.enabled = False
+    options.deterministic = deterministic
+    options.autotune.enabled = autotune
     return data.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
@@ -582,12 +608,11 @@ def from_folder(
         image.set_shape((None, None, channels))
         return image, label
 
-    dataset = (
-        tf.data.Dataset.from_tensor_slices((paths, labels))
-        .map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .ignore_errors(log_warning=True)
+    # Decoded after the shuffle: its buffer holds the file names, not the images.
+    dataset = tf.data.Dataset.from_tensor_slices((paths, labels))
+    data = make_pipeline(
+        dataset, len(class_names), shuffle_buffer=len(paths), decode=decode, **kwargs
     )
-    data = make_pipeline(dataset, len(class_names), shuffle_buffer=len(paths), **kwargs)
     return Dataset(data, class_names, limited(len(paths), kwargs.get("limit")))
 
 

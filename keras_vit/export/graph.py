@@ -18,6 +18,16 @@ import threading
 import keras
 
 
+def cpu_threads(num_threads=None):
+    """`num_threads`, or for `None` the CPUs this process may run on."""
+    if num_threads is not None:
+        return num_threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        return os.cpu_count() or 1
+
+
 def channels_last_input(model):
     """`model`, or for a channels-first ViT a model of it that takes channels-last images.
 

@@ -152,7 +152,7 @@ def op_counts(path_or_content):
     return dict(sorted(counts.items()))
 
 
-def delegate_partitions(path_or_content, num_threads=2):
+def delegate_partitions(path_or_content, num_threads=None):
     """How many pieces the default CPU delegate (XNNPACK) runs the graph in.
 
     1 means XNNPACK runs the whole graph; each op it cannot take splits the
@@ -160,7 +160,9 @@ def delegate_partitions(path_or_content, num_threads=2):
     """
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=_read(path_or_content), num_threads=num_threads)
+    interpreter = Interpreter(
+        model_content=_read(path_or_content), num_threads=graph.cpu_threads(num_threads)
+    )
     interpreter.allocate_tensors()
     return sum(op["op_name"] == "DELEGATE" for op in litert_ops(interpreter))
 
@@ -309,7 +311,8 @@ class TFLiteModel:
 
     Args:
         path: the `.tflite` file (its `.json` metadata is read when present).
-        num_threads: int, CPU threads (XNNPACK).
+        num_threads: int, CPU threads (XNNPACK); `None`: the CPUs this
+            process may run on.
 
     Example:
 
@@ -319,7 +322,7 @@ class TFLiteModel:
     ```
     """
 
-    def __init__(self, path, num_threads=2):
+    def __init__(self, path, num_threads=None):
         from ai_edge_litert.interpreter import Interpreter
 
         if not os.path.isfile(path):
@@ -333,7 +336,9 @@ class TFLiteModel:
             # LiteRT announces its CPU delegate on standard error ("INFO: Created
             # TensorFlow Lite XNNPACK delegate"), past Python's logging settings.
             with native_stderr_captured():
-                self.interpreter = Interpreter(model_path=self.path, num_threads=num_threads)
+                self.interpreter = Interpreter(
+                    model_path=self.path, num_threads=graph.cpu_threads(num_threads)
+                )
                 self.interpreter.allocate_tensors()
         except ValueError as error:
             raise ValueError(
@@ -366,7 +371,7 @@ class TFLiteModel:
         return float(np.median(times))
 
 
-def check_tflite(path, model, images, num_threads=2, latency_runs=50, verbose=0):
+def check_tflite(path, model, images, num_threads=None, latency_runs=50, verbose=0):
     """Runs a `.tflite` file in LiteRT and compares it with the Keras model.
 
     `verbose` is Keras' progress verbosity (0 silent, 1 a live bar, 2 one

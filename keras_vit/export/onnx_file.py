@@ -164,7 +164,7 @@ def replace_erfc(graph_proto):
     return replaced
 
 
-def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):
+def check_onnx(path, model, images, num_threads=None, latency_runs=50, verbose=0):
     """Runs an `.onnx` file in ONNX Runtime in a fresh process and compares it with Keras.
 
     The process (`onnx_only.py`) imports neither Keras nor keras_vit, as a
@@ -191,7 +191,7 @@ def check_onnx(path, model, images, num_threads=2, latency_runs=50, verbose=0):
                 os.fspath(path),
                 images_path,
                 outputs_path,
-                str(num_threads),
+                str(graph.cpu_threads(num_threads)),
                 str(latency_runs),
             ],
             capture_output=True,

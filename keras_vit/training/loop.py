@@ -166,9 +166,10 @@ def train(
         validate_every: evaluate on the test split every this many epochs
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics.
-        deterministic: bool, make TensorFlow's (and torch's) kernels
-            deterministic too, so that a run killed and resumed any number
-            of times ends with the weights of an uninterrupted one.
+        deterministic: bool, the training batches in one order (see
+            `keras_vit.data.make_pipeline`) and TensorFlow's (and torch's)
+            kernels deterministic, so that a run killed and resumed any
+            number of times ends with the weights of an uninterrupted one.
         validation_split: for an image folder without `test/` (a folder
             with one is refused): the share of each class's training images
             held out as the test images (`keras_vit.data.held_out_split`,

@@ -149,6 +149,8 @@ class Run:
             image_size=image_size,
             channels=channels,
             seed=self.seed,
+            deterministic=self.deterministic,  # batches in one order: bit-for-bit resumes
+            autotune=self.recipe.data_autotune,
             **{k: v for k, v in options.items() if v is not None},
         )
         if data_dir is not None:

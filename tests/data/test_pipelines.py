@@ -38,6 +38,9 @@ def test_arrays_pipeline_fits_and_is_deterministic():
     images = rng.integers(0, 256, (40, 28, 28)).astype("uint8")
     labels = rng.integers(0, 3, 40)
     kwargs = dict(image_size=16, training=True, batch_size=8, seed=3, crop_scale=(0.5, 1.0))
+    # Without `deterministic`, the same batches of the same examples, in any order.
+    unordered = vit_data.from_arrays(images, labels, **kwargs)
+    kwargs["deterministic"] = True
     first = vit_data.from_arrays(images, labels, **kwargs)
     again = vit_data.from_arrays(images, labels, **kwargs)
     other = vit_data.from_arrays(images, labels, **{**kwargs, "seed": 4})
@@ -47,9 +50,29 @@ def test_arrays_pipeline_fits_and_is_deterministic():
     np.testing.assert_array_equal(x[..., 0], x[..., 2])
     for (a, _), (b, _) in zip(first_epoch, batches(again)):
         np.testing.assert_array_equal(a, b)
+    # (Each dataset's first epoch: 5 batches of 8.)
+    ordered = vit_data.from_arrays(images, labels, **kwargs)
+    every = sorted(x.tobytes() for x, _ in batches(ordered, 5))
+    assert sorted(x.tobytes() for x, _ in batches(unordered, 5)) == every
     assert not np.array_equal(batches(other)[0][0], x)
     assert not np.array_equal(batches(first)[0][0], x)  # reshuffled next epoch
     fit_a_few_steps(first, 16)
+
+
+def test_pipelines_tune_themselves_unless_told_and_evaluation_keeps_its_order():
+    images, labels = np.zeros((8, 8, 8), "uint8"), np.arange(8) % 2
+    options = dict(image_size=8, batch_size=4)
+    tuned = vit_data.from_arrays(images, labels, training=True, **options).data.options()
+    assert tuned.autotune.enabled and not tuned.deterministic
+    fixed = vit_data.from_arrays(
+        images, labels, training=True, autotune=False, deterministic=True, **options
+    ).data.options()
+    assert not fixed.autotune.enabled and fixed.deterministic
+    assert vit_data.from_arrays(images, labels, **options).data.options().deterministic
+    # The main job's recipe keeps its pipelines fixed (measured faster on 2 cores).
+    from keras_vit.training import RECIPES
+
+    assert not RECIPES["small"].data_autotune and RECIPES["pretrain"].data_autotune
 
 
 def test_evaluation_pipeline_keeps_order_and_pixels():

@@ -174,3 +174,7 @@ def test_exports_of_a_channels_first_model_take_channels_last_images(tmp_path):
     report = keras_vit.export.check_onnx(written["path"], model, images, latency_runs=1)
     assert report["input"]["shape"] == [-1, 8, 8, 3]
     assert report["top1_agreement"] == 1.0 and report["max_abs_error"] < 1e-5
+    version = keras_vit.export.saved_model(model, tmp_path / "serving", version=1, warmup=False)
+    report = keras_vit.export.check_saved_model(version, model, images)
+    assert "images: float32 (-1, 8, 8, 3)" in report["signatures"]
+    assert report["serving_default"]["top1_agreement"] == 1.0
