@@ -301,15 +301,6 @@ def make_pipeline(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
         )
     check_limit(limit)
-    # (The images' spec: a folder's examples are names until `decode`.)
-    image_spec = (dataset if decode is None else dataset.take(0).map(decode)).element_spec[0]
-    if image_spec.shape.rank not in (2, 3) or (
-        image_spec.shape.rank == 3 and image_spec.shape[-1] not in (1, 3, 4)
-    ):
-        raise ValueError(
-            "Images must be (H, W) or (H, W, C) with 1, 3 or 4 channels (static). "
-            f"Received shape {image_spec.shape}."
-        )
     if shard is not None:
         if (
             not isinstance(shard, (tuple, list))
@@ -321,6 +312,36 @@ def make_pipeline(
                 f"`shard` must be (num_shards, index) with 0 <= index < num_shards. "
                 f"Received: shard={shard!r}"
             )
+    deterministic = deterministic or not training  # predictions line up with their files
+    parallel = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+    def decoded(data):
+        if decode is None:
+            return data
+        return data.map(decode, **parallel).ignore_errors(log_warning=True)
+
+    data = dataset if limit is None else dataset.take(limit)
+    if shard is not None:
+        size = int(data.cardinality())
+        data = data.shard(*shard)
+        if size >= 0:
+            data = data.take(size // shard[0])
+    if cache:
+        data = decoded(data).cache()
+    if training:
+        buffer = shuffle_buffer or 60_000
+        data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    if not cache:
+        data = decoded(data)
+    # The images as decoded (a folder's examples are names until `decode`).
+    image_spec = data.element_spec[0]
+    if image_spec.shape.rank not in (2, 3) or (
+        image_spec.shape.rank == 3 and image_spec.shape[-1] not in (1, 3, 4)
+    ):
+        raise ValueError(
+            "Images must be (H, W) or (H, W, C) with 1, 3 or 4 channels (static). "
+            f"Received shape {image_spec.shape}."
+        )
     ratio = (3 / 4, 4 / 3)
     per_batch = image_spec.shape.is_fully_defined()
     random_crop = training and crop_scale is not None
@@ -362,27 +383,6 @@ def make_pipeline(
     def counted(data):
         return tf.data.Dataset.zip(tf.data.Dataset.counter(), data)
 
-    deterministic = deterministic or not training  # predictions line up with their files
-    parallel = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-
-    def decoded(data):
-        if decode is None:
-            return data
-        return data.map(decode, **parallel).ignore_errors(log_warning=True)
-
-    data = dataset if limit is None else dataset.take(limit)
-    if shard is not None:
-        size = int(data.cardinality())
-        data = data.shard(*shard)
-        if size >= 0:
-            data = data.take(size // shard[0])
-    if cache:
-        data = decoded(data).cache()
-    if training:
-        buffer = shuffle_buffer or 60_000
-        data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
-    if not cache:
-        data = decoded(data)
     if not per_batch:  # varying sizes: one size per example before batching
         if random_crop:
             data = counted(data).map(crop_one, **parallel)
