@@ -39,12 +39,13 @@ def add_parser(command):
 
 
 def pretrained_model(spec):
-    """`(model, class_names)` of a checkpoint file or a registered `VARIANT:NAME`."""
+    """`(model, class_names)` of a checkpoint file, a Hub id or a registered `VARIANT:NAME`."""
     import keras_vit
-    from keras_vit.weights import class_names
+    from keras_vit.weights import class_names, hub
     from keras_vit.weights.readers import CHECKPOINT_SUFFIXES
 
-    if spec.startswith("hf-hub:") or os.path.isfile(spec) and spec.endswith(CHECKPOINT_SUFFIXES):
+    spec = hub.checkpoint_file(spec)  # a Hub id: its file, fetched once for both reads below
+    if os.path.isfile(spec) and spec.endswith(CHECKPOINT_SUFFIXES):
         model = keras_vit.from_checkpoint(spec)
         if len(model.outputs[0].shape) != 2 or "head" not in [la.name for la in model.layers]:
             raise ValueError(
@@ -89,7 +90,8 @@ def run(args):
             height, width, channels = image_shape(model)
             runner = lambda images: model.predict(images, verbose=0)  # noqa: E731
             outputs_logits = not outputs_probabilities(model)
-    except (ValueError, RuntimeError) as error:  # RuntimeError: a download that failed
+    # RuntimeError: a download that failed; ImportError: a Hub id without huggingface_hub.
+    except (ValueError, RuntimeError, ImportError) as error:
         fail("predict", error)
     paths, batch = read_images(
         "predict", args.images, height, width, channels, args.max_image_pixels

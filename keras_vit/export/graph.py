@@ -37,13 +37,11 @@ def channels_last_input(model):
     `channels_first`) before the model, which moves them last (its
     `channels_last` layer): converters fold the two transposes.
     """
-    layers = getattr(model, "layers", ())
-    if len(getattr(model, "inputs", None) or ()) != 1 or not any(
-        layer.name == "channels_last" for layer in layers
-    ):
+    from keras_vit.models import image_shape, takes_channels_first
+
+    if len(getattr(model, "inputs", None) or ()) != 1 or not takes_channels_first(model):
         return model
-    channels, height, width = model.inputs[0].shape[1:]
-    images = keras.Input((height, width, channels), name="images")
+    images = keras.Input(image_shape(model), name="images")
     outputs = model(keras.layers.Permute((3, 1, 2), name="channels_first")(images))
     return keras.Model(images, outputs, name=model.name)
 

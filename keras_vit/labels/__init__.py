@@ -45,17 +45,27 @@ def label_set(name):
     return _read(name)
 
 
+def label_set_for(classes):
+    """The name of the label set of a `classes`-class head, or `None` where none has that many.
+
+    Example:
+
+    >>> label_set_for(21843)
+    'imagenet-21k'
+    """
+    return next((name for name, count in LABEL_SETS.items() if count == classes), None)
+
+
 def _labels_for(classes, labels):
     """The `(id, name)` of each of `classes` classes that `labels` names."""
     if labels is None:
-        matching = [name for name, count in LABEL_SETS.items() if count == classes]
-        if not matching:
+        labels = label_set_for(classes)
+        if labels is None:
             raise ValueError(
                 f"Predictions of {classes} classes match no label set "
                 f"({', '.join(f'{n}: {c}' for n, c in LABEL_SETS.items())}); pass "
                 "`labels`: a label set's name or the class names."
             )
-        labels = matching[0]
     if isinstance(labels, str):
         pairs = label_set(labels)
     elif isinstance(labels, (list, tuple)) and all(isinstance(n, str) for n in labels):

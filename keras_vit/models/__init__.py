@@ -25,5 +25,6 @@ from keras_vit.models.vision_transformer import (
     feature_extractor,
     image_shape,
     patch_pixels,
+    takes_channels_first,
 )
 from keras_vit.weights import encoder_blocks

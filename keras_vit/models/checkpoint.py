@@ -3,13 +3,12 @@
 import inspect
 import os
 
-import keras
-
 from keras_vit.models.variants import WIDTHS
 from keras_vit.models.vision_transformer import (
     FROM_CHECKPOINT,
     VisionTransformer,
     in_data_format,
+    resolve_data_format,
 )
 from keras_vit.weights import hub
 from keras_vit.weights.architecture import infer_architecture
@@ -124,7 +123,7 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
         # any `weights=`, and refuses an override that contradicts it.
         architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
         # The file's images are channels-last; the model's in its own layout.
-        data_format = overrides.get("data_format") or keras.config.image_data_format()
+        data_format = resolve_data_format(overrides.get("data_format"))
         architecture["input_shape"] = in_data_format(architecture["input_shape"], data_format)
         if "classes" in overrides and "include_top" not in overrides:
             architecture["include_top"] = True  # a head asked for, the file with one or not

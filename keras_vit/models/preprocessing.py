@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_vit.models.vision_transformer import DATA_FORMATS, _pixel_rescaling
+from keras_vit.models.vision_transformer import _pixel_rescaling, resolve_data_format
 
 
 def preprocess_input(x, data_format=None, normalization=None):
@@ -34,12 +34,7 @@ def preprocess_input(x, data_format=None, normalization=None):
     >>> preprocess_input(np.array([[[0.0, 127.5, 255.0]]]), normalization="inception").tolist()
     [[[-1.0, 0.0, 1.0]]]
     """
-    data_format = data_format or keras.config.image_data_format()
-    if data_format not in DATA_FORMATS:
-        raise ValueError(
-            f"`data_format` must be one of {DATA_FORMATS} or None. "
-            f"Received: data_format={data_format!r}"
-        )
+    data_format = resolve_data_format(data_format)
     numpy = isinstance(x, (np.ndarray, list, tuple, int, float))
     ops = np if numpy else keras.ops
     x = np.asarray(x, "float32") if numpy else keras.ops.cast(x, "float32")

@@ -25,6 +25,17 @@ DEFAULT_INPUT_SHAPE = (224, 224, 3)
 DATA_FORMATS = ("channels_last", "channels_first")
 
 
+def resolve_data_format(data_format):
+    """`data_format`, `None` as `keras.config.image_data_format()`, or a clear error."""
+    resolved = data_format or keras.config.image_data_format()
+    if resolved not in DATA_FORMATS:
+        raise ValueError(
+            f"`data_format` must be one of {DATA_FORMATS} or None. "
+            f"Received: data_format={data_format!r}"
+        )
+    return resolved
+
+
 def channels_last(shape, data_format):
     """An image shape in the layout of `data_format` as `(height, width, channels)`."""
     return (*shape[1:], shape[0]) if data_format == "channels_first" else tuple(shape)
@@ -557,13 +568,7 @@ def _resolve_checkpoint(given, weights, input_tensor):
     """
     arguments = dict(given)
     arguments["patch_size"] = patch_size = _pair(given["patch_size"], "patch_size")
-    data_format = given["data_format"] or keras.config.image_data_format()
-    if data_format not in DATA_FORMATS:
-        raise ValueError(
-            f"`data_format` must be one of {DATA_FORMATS} or None. "
-            f"Received: data_format={given['data_format']!r}"
-        )
-    arguments["data_format"] = data_format
+    arguments["data_format"] = data_format = resolve_data_format(given["data_format"])
     width, depth, heads, mlp = (
         given[name] for name in ("hidden_dim", "num_layers", "num_heads", "mlp_dim")
     )
@@ -816,12 +821,15 @@ def _head(tokens, arguments, num_prefix_tokens):
     return x
 
 
+def takes_channels_first(model):
+    """Whether a ViT takes `(batch, channels, height, width)` images (layer `channels_last`)."""
+    return any(layer.name == "channels_last" for layer in getattr(model, "layers", ()))
+
+
 def image_shape(model):
     """`(height, width, channels)` of a ViT's images, whichever its `data_format`."""
     shape = tuple(model.input_shape[1:])
-    if any(layer.name == "channels_last" for layer in model.layers):
-        return channels_last(shape, "channels_first")
-    return shape
+    return channels_last(shape, "channels_first") if takes_channels_first(model) else shape
 
 
 def default_image_size(model):

@@ -109,19 +109,18 @@ def class_names(weights, variant=None, classes=None):
     >>> class_names("imagenet21k+imagenet2012", "B/16")[386]
     'African_elephant'
     """
-    from keras_vit.labels import LABEL_SETS, label_set
+    from keras_vit.labels import label_set, label_set_for
 
     weights = hub.checkpoint_file(weights)
     checkpoint = registered(weights, variant)
     if checkpoint is not None:
-        return (
-            [name for _, name in label_set(checkpoint.label_set)] if checkpoint.label_set else None
-        )
-    id2label = read_json_beside(os.fspath(weights), "config.json").get("id2label") or {}
-    if classes is not None and len(id2label) == classes:
-        return [id2label.get(str(index), str(index)) for index in range(classes)]
-    matching = [name for name, count in LABEL_SETS.items() if count == classes]
-    return [name for _, name in label_set(matching[0])] if matching else None
+        chosen = checkpoint.label_set
+    else:
+        id2label = read_json_beside(os.fspath(weights), "config.json").get("id2label") or {}
+        if classes is not None and len(id2label) == classes:
+            return [id2label.get(str(index), str(index)) for index in range(classes)]
+        chosen = label_set_for(classes)
+    return [name for _, name in label_set(chosen)] if chosen else None
 
 
 def assign_canonical(model, tensors, source="checkpoint", resample_method="bicubic"):
