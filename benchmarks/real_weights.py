@@ -279,6 +279,87 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     return rows
 
 
+def write_folder(out, train=1500, test=1000):
+    """The first Fashion-MNIST images as a folder of 28-px PNGs, one sub-folder per class."""
+    import numpy as np
+    from PIL import Image
+
+    from keras_vit.data import load_fashion_mnist
+
+    for split, count in (("train", train), ("test", test)):
+        images, labels = load_fashion_mnist(split)
+        for i in range(count):
+            folder = os.path.join(out, split, f"class_{labels[i]}")
+            os.makedirs(folder, exist_ok=True)
+            Image.fromarray(np.asarray(images[i]).reshape(28, 28)).save(
+                os.path.join(folder, f"{i:05d}.png")
+            )
+    return out
+
+
+def finetune(checkpoint, out, image_size=112, train=1500, test=1000, seeds=(0, 1, 2), recipe=None):
+    """`keras-vit finetune` of the checkpoint on a small folder, beside its frozen probe.
+
+    Writes `out/data` (`write_folder`), then per seed: the linear probe of
+    the frozen class token (`fit_new_heads`: the head that the default
+    recipe starts from) scored on the test images, and the fine-tune that
+    `keras_vit.training.train` runs with the command's defaults (or
+    `recipe`). One JSON row per seed.
+    """
+    import time
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit import data as vit_data
+    from keras_vit.training import train as run_training
+    from keras_vit.training.finetuning import fit_new_heads
+
+    data = os.path.join(out, "data")
+    if not os.path.isdir(data):
+        write_folder(data, train, test)
+    path = os.path.join(checkpoint, "model.safetensors")
+    options = dict(image_size=image_size, channels=3, batch_size=64)
+    rows = []
+    for seed in seeds:
+        keras.utils.set_random_seed(seed)
+        start = time.time()
+        probe = keras_vit.from_checkpoint(
+            path, input_shape=(image_size, image_size, 3), classes=10, classifier_activation=None
+        )
+        fit_new_heads(probe, vit_data.load(data, "train", **options).data, log=lambda line: None)
+        test_data = vit_data.load(data, "test", **options)
+        predicted = probe.predict(test_data.data.map(lambda x, y: x), verbose=0).argmax(-1)
+        truth = np.concatenate([np.asarray(y).argmax(-1) for _, y in test_data.data])
+        probe_seconds = time.time() - start
+        start = time.time()
+        result = run_training(
+            data,
+            weights=path,
+            image_size=image_size,
+            recipe=recipe,  # None: `train`'s defaults with weights, the command's
+            seed=seed,
+            output_dir=os.path.join(out, f"finetune_{seed}"),
+            overwrite=True,
+            verbose=0,
+            log=lambda line: None,
+        )
+        rows.append(
+            {
+                "backend": keras.backend.backend(),
+                "seed": seed,
+                "recipe": recipe or "finetune",
+                "probe_accuracy": float(np.mean(predicted == truth)),
+                "probe_seconds": round(probe_seconds, 1),
+                "finetune_accuracy": result["metrics"]["test_accuracy"],
+                "finetune_seconds": round(time.time() - start, 1),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -305,9 +386,19 @@ def main(argv=None):
         default=None,
         help="onnx none float16 dynamic int8 int8_full (default: all)",
     )
+    tuning = commands.add_parser(
+        "finetune", help="keras-vit finetune's defaults on a small folder, beside the probe"
+    )
+    tuning.add_argument("--checkpoint", default="real_weights/dinov2-small")
+    tuning.add_argument("--out", default="real_weights/finetune")
+    tuning.add_argument("--image-size", type=int, default=112)
+    tuning.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    tuning.add_argument("--recipe", default=None, help="default: the command's")
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
+    elif args.command == "finetune":
+        finetune(args.checkpoint, args.out, args.image_size, seeds=args.seeds, recipe=args.recipe)
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
     else:

@@ -544,7 +544,10 @@ def test_recipes_read_as_one_line():
         "AdamW, learning rate 0.002 (10% warm-up, then cosine decay), weight "
         "decay 0.05, gradient clip 1, label smoothing 0.1"
     )
-    assert "Recipe(" not in str(keras_vit.training.RECIPES["finetune"])
+    assert str(keras_vit.training.RECIPES["finetune"]) == (
+        "a new head fitted on the frozen features first, AdamW, learning rate 3e-05 (10% "
+        "warm-up, then cosine decay), weight decay 0.05, gradient clip 1"
+    )
 
 
 def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys):

@@ -301,7 +301,9 @@ def add_run_arguments(parser, *, epochs, batch_size, recipe, output_dir, distrib
         default=batch_size,
         help="images per step (the global batch with --distribute)",
     )
-    parser.add_argument("--recipe", default=recipe, help="small | pretrain | finetune")
+    parser.add_argument(
+        "--recipe", default=recipe, help="small | pretrain | finetune | paper_finetune"
+    )
     parser.add_argument("--augmentation", default="none", help="none | light | medium | strong")
     parser.add_argument(
         "--output-dir",

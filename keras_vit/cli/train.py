@@ -16,6 +16,8 @@ NEEDS = TRAINING
 
 
 def add_parser(command):
+    from keras_vit.training.loop import DEFAULTS
+
     train = command(
         "train",
         help="train a ViT (default: a small ViT on Fashion-MNIST), evaluate, save",
@@ -36,7 +38,7 @@ def add_parser(command):
         default=None,
         help="patch size in pixels (default: the model's)",
     )
-    add_run_arguments(train, epochs=9, batch_size=128, recipe="small", output_dir="keras_vit_run")
+    add_run_arguments(train, **DEFAULTS["train"], output_dir="keras_vit_run")
     _add_patch_dropout(train)
     train.set_defaults(run=run, needs=NEEDS)
 
@@ -45,10 +47,11 @@ def add_parser(command):
         help="fine-tune a checkpoint (optionally at a higher resolution), evaluate, save",
         description=(
             "Fine-tunes a checkpoint (a model.keras of an earlier run, an official "
-            ".npz, a Hugging Face or timm .safetensors) on a dataset with the "
-            "paper's fine-tuning recipe: position embeddings resampled to "
-            "--image-size, a new zero head for another class count. Same "
-            "outputs and resume as `keras-vit train`."
+            ".npz, a Hugging Face or timm .safetensors) on a dataset: position "
+            "embeddings resampled to --image-size; for another class count a new "
+            "head, fitted first on the frozen model's features, then every weight "
+            "trained at a small AdamW rate (--recipe paper_finetune: the paper's "
+            "SGD). Same outputs and resume as `keras-vit train`."
         ),
     )
     finetune.add_argument(
@@ -56,9 +59,7 @@ def add_parser(command):
         metavar="CHECKPOINT",
         help="a .keras file, an official .npz, a Hugging Face or timm file",
     )
-    add_run_arguments(
-        finetune, epochs=2, batch_size=256, recipe="finetune", output_dir="keras_vit_finetune"
-    )
+    add_run_arguments(finetune, **DEFAULTS["finetune"], output_dir="keras_vit_finetune")
     _add_patch_dropout(finetune)
     finetune.set_defaults(run=run, needs=NEEDS)
 

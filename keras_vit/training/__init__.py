@@ -1,7 +1,8 @@
 """Training: the paper's recipes and the `keras-vit train` job."""
 
 from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
-from keras_vit.training.loop import SMALL_MODEL, model_arguments, train
+from keras_vit.training.finetuning import fit_new_heads
+from keras_vit.training.loop import DEFAULTS, SMALL_MODEL, model_arguments, train
 from keras_vit.training.recipes import (
     RECIPES,
     Recipe,

@@ -20,6 +20,14 @@ from keras_vit.training.run import (
 )
 
 OUTPUT_FILES = ("class_names.json",)  # beside a run's common ones
+# A run's defaults, the command's and `train`'s alike: from scratch (the main
+# job: a small ViT on Fashion-MNIST), and fine-tuning a pretrained checkpoint,
+# typically on a small dataset (small batches: a folder of a thousand images
+# gives each epoch tens of steps).
+DEFAULTS = {
+    "train": dict(epochs=9, batch_size=128, recipe="small"),
+    "finetune": dict(epochs=3, batch_size=32, recipe="finetune"),
+}
 
 
 def model_arguments(model, patch_size=None):
@@ -101,9 +109,9 @@ def train(
     model="small",
     image_size=None,
     patch_size=None,
-    epochs=9,
-    batch_size=128,
-    recipe="small",
+    epochs=None,
+    batch_size=None,
+    recipe=None,
     augmentation="none",
     output_dir="keras_vit_run",
     seed=0,
@@ -140,8 +148,12 @@ def train(
             size, whatever the data), 224 for variants, and with `weights`
             to the checkpoint's.
         patch_size: int, overrides the model's patch size.
-        epochs, batch_size, seed: training length, batch, determinism.
-        recipe: a name in `keras_vit.training.RECIPES` or a `Recipe`.
+        epochs, batch_size, seed: training length, batch, determinism;
+            `epochs` and `batch_size` default to `DEFAULTS["train"]` (9, 128)
+            or, with `weights`, `DEFAULTS["finetune"]` (3, 32).
+        recipe: a name in `keras_vit.training.RECIPES` or a `Recipe`;
+            defaults to `"small"`, with `weights` to `"finetune"` (the new
+            head fitted on the frozen features first, then AdamW at 3e-5).
         augmentation: a preset in `keras_vit.data.augmentation.PRESETS`.
         output_dir: folder for the outputs (and the resume backup).
         data_dir: TFDS data folder.
@@ -191,9 +203,13 @@ def train(
     from keras_vit.distribution import distribute as distribute_engine
     from keras_vit.training.backup import replace_atomically
 
+    job = "train" if weights is None else "finetune"
+    epochs = DEFAULTS[job]["epochs"] if epochs is None else epochs
+    batch_size = DEFAULTS[job]["batch_size"] if batch_size is None else batch_size
+    recipe = DEFAULTS[job]["recipe"] if recipe is None else recipe
     # Every argument is checked before any data is read or model built.
     run = Run(
-        "train" if weights is None else "finetune",
+        job,
         output_dir=output_dir,
         overwrite=overwrite,
         epochs=epochs,
@@ -279,7 +295,7 @@ def train(
             dataset,
             "train",
             training=True,
-            crop_scale=None if small_images else (0.08, 1.0),
+            crop_scale=None if small_images else recipe.crop_scale,
             flip=True,
             augmentation=batch_augmentation(augmentation, seed),
             batch_size=batch,
@@ -332,6 +348,15 @@ def train(
         )
         plan.prepare(network)
     log(f"model: {model} ViT, {network.count_params():,} parameters; recipe: {recipe}")
+    if weights is not None and recipe.head_first and not run.resuming:
+        from keras_vit.training.finetuning import fit_new_heads
+
+        with plan.scope():
+            fit_new_heads(
+                network,
+                vit_data.load(dataset, "train", batch_size=batch_size, limit=limit, **common).data,
+                log=log,
+            )
 
     validation_freq = validate_every or epochs
     with plan.scope():

@@ -50,7 +50,7 @@ def one_step(plan, recipe):
     return model
 
 result = {{}}
-for recipe in ("pretrain", "finetune"):  # AdamW and SGD
+for recipe in ("pretrain", "paper_finetune"):  # AdamW and SGD
     reference = one_step(distribute(None), recipe)
     expected = {{v.path: np.asarray(keras.ops.convert_to_numpy(v))
                 for v in reference.trainable_variables}}
@@ -173,11 +173,11 @@ def test_each_worker_reads_its_own_shard_in_batches_of_its_share():
 def test_jax_data_and_model_parallel_steps_match_one_device():
     result = one_step("jax", devices=4, kinds=("data", "model"))
     data, model = result["data"], result["model"]
-    assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
+    assert result["moved_pretrain"] > 5e-4 and result["moved_paper_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("DataParallel", 4)
     assert (model["engine"], model["replicas"]) == ("ModelParallel", 2)  # 2 x 2 mesh
     # Same global batch and seed: the same weights after one step.
-    for recipe in ("pretrain", "finetune"):
+    for recipe in ("pretrain", "paper_finetune"):
         assert data["error_" + recipe] <= 1e-5 and model["error_" + recipe] <= 1e-5
     # Data parallel: every variable replicated over the 4 devices.
     assert all(spec == [] for spec in data["layouts"].values())
@@ -202,11 +202,11 @@ def test_jax_data_and_model_parallel_steps_match_one_device():
 def test_tensorflow_mirrored_step_matches_one_device():
     result = one_step("tensorflow", devices=2, kinds=("data",))
     data = result["data"]
-    assert result["moved_pretrain"] > 5e-4 and result["moved_finetune"] > 5e-4
+    assert result["moved_pretrain"] > 5e-4 and result["moved_paper_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("MirroredStrategy", 2)
     # Keras alone clips each replica's gradient before the sum: 1e-3 off
     # with SGD; keras_vit's optimizers clip the sum (1e-9).
-    assert data["error_pretrain"] <= 1e-5 and data["error_finetune"] <= 1e-5
+    assert data["error_pretrain"] <= 1e-5 and data["error_paper_finetune"] <= 1e-5
     assert data["jit"] is False  # XLA cannot reach mirrored variables
 
 

@@ -4,6 +4,7 @@ import json
 import os
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -389,6 +390,43 @@ def test_onnx_of_an_exact_gelu_model_loads_in_onnx_runtime_and_agrees_with_keras
     tanh.set_weights(model.get_weights())
     difference = np.abs(tanh.predict(images, verbose=0) - model.predict(images, verbose=0)).max()
     assert difference > 1e-4, difference
+
+
+# Every function the builders make, as users bring them (pretrained files use
+# exact GELU and LayerScale; DeiT a distillation token; DINOv2 registers; SigLIP
+# a MAP head).
+ONNX_FUNCTIONS = {
+    "tanh GELU": {},
+    "exact GELU, LayerScale": dict(approximate_gelu=False, layer_scale_init=0.1),
+    "register tokens": dict(num_register_tokens=2),
+    "distillation token": dict(distillation_token=True),
+    "MAP head": dict(pooling="map"),
+    "convolutional stem": dict(stem_filters=(8,), patch_size=2),
+    "any size, exported at 16": dict(input_shape=(None, None, 3), base_image_size=16),
+}
+
+
+def test_onnx_of_every_function_runs_in_onnx_runtime_and_agrees_with_keras(tmp_path):
+    import onnxruntime
+
+    images = np.random.default_rng(1).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
+    for index, (function, options) in enumerate(ONNX_FUNCTIONS.items()):
+        model = randomize_weights(
+            keras_vit.VisionTransformer(**{**TINY, "classifier_activation": None, **options}),
+            seed=index,
+            scale=0.5,
+        )
+        for weight in model.weights:  # a BatchNorm's variance stays positive
+            if weight.path.endswith("moving_variance"):
+                weight.assign(np.abs(keras.ops.convert_to_numpy(weight)) + 0.5)
+        path = tmp_path / f"{index}.onnx"
+        keras_vit.export.onnx(model, path, image_size=16 if "any size" in function else None)
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        served = session.run(None, {session.get_inputs()[0].name: images})[0]
+        expected = keras.ops.convert_to_numpy(model(images))
+        # Images far apart in the outputs: a graph that loses the input shows.
+        assert np.ptp(expected, axis=0).max() > 0.1, function
+        np.testing.assert_allclose(served, expected, atol=1e-4, rtol=0, err_msg=function)
 
 
 @pytest.mark.skipif(

@@ -75,7 +75,7 @@ def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token
 @pytest.mark.slow
 def test_recipes_compile_and_train(images):
     labels = np.eye(5, dtype="float32")[np.arange(4) % 5]
-    for name in ("pretrain", "finetune", "small"):
+    for name in ("pretrain", "paper_finetune", "small"):
         model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
         # One of them trains through XLA on TensorFlow, as long runs do.
         tensorflow = keras.backend.backend() == "tensorflow"
@@ -99,7 +99,7 @@ def test_recipes_compile_and_train(images):
             # (made inside it, TensorFlow traces the step twice).
             assert len(traces) == 1, (name, len(traces))
         assert not np.allclose(model.get_layer("head").get_weights()[0], before)
-    assert isinstance(RECIPES["finetune"].make_optimizer(model, 10), keras.optimizers.SGD)
+    assert isinstance(RECIPES["paper_finetune"].make_optimizer(model, 10), keras.optimizers.SGD)
     # XLA on TensorFlow too (Keras leaves it off without an accelerator),
     # from the run length where it pays for its compile time; always on JAX.
     for steps in (TENSORFLOW_XLA_MIN_STEPS - 1, TENSORFLOW_XLA_MIN_STEPS):

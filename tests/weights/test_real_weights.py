@@ -48,3 +48,16 @@ def test_a_builder_given_the_real_checkpoint_builds_it(dinov2_small):
     assert block.approximate_gelu is False and block.layer_scale_init is not None
     with pytest.raises(ValueError, match=r"hidden_dim=384, .*not the .*hidden_dim=768"):
         keras_vit.ViTB16(weights=path, include_top=False)
+
+
+@pytest.mark.slow
+def test_the_finetuning_benchmark_scores_the_probe_and_the_commands_fine_tune(
+    dinov2_small, tmp_path
+):
+    (row,) = load_benchmark("real_weights").finetune(
+        dinov2_small, str(tmp_path), image_size=28, train=64, test=40, seeds=(0,)
+    )
+    assert row["recipe"] == "finetune" and len(os.listdir(tmp_path / "data" / "test")) == 10
+    # Ten classes: chance is 10%; the real features' probe sees far more, and
+    # the fine-tune that starts from it keeps it.
+    assert row["probe_accuracy"] >= 0.4 and row["finetune_accuracy"] >= 0.4, row
