@@ -396,12 +396,13 @@ def test_onnx_of_an_exact_gelu_model_loads_in_onnx_runtime_and_agrees_with_keras
 # exact GELU and LayerScale; DeiT a distillation token; DINOv2 registers; SigLIP
 # a MAP head).
 ONNX_FUNCTIONS = {
-    "tanh GELU": {},
-    "exact GELU, LayerScale": dict(approximate_gelu=False, layer_scale_init=0.1),
-    "register tokens": dict(num_register_tokens=2),
-    "distillation token": dict(distillation_token=True),
-    "MAP head": dict(pooling="map"),
-    "convolutional stem": dict(stem_filters=(8,), patch_size=2),
+    "exact GELU, LayerScale, register and distillation tokens": dict(
+        approximate_gelu=False,
+        layer_scale_init=0.1,
+        num_register_tokens=2,
+        distillation_token=True,
+    ),
+    "tanh GELU, convolutional stem, MAP head": dict(stem_filters=(8,), patch_size=2, pooling="map"),
     "any size, exported at 16": dict(input_shape=(None, None, 3), base_image_size=16),
 }
 

@@ -87,32 +87,23 @@ def three_class_folder(root):
 def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run, tmp_path):
     from keras_vit.training import backup
 
-    data = three_class_folder(tmp_path / "data")
     assert RECIPES["finetune"].head_first and not RECIPES["paper_finetune"].head_first
+    data = three_class_folder(tmp_path / "data")
+    out = str(tmp_path / "finetune")
     lines = []
 
-    def finetune(out, recipe="finetune", epochs=1):
+    def finetune():
         return train(
             data,
             weights=os.path.join(trained_run.folder, "model.keras"),
             image_size=16,
-            epochs=epochs,
+            epochs=2,
             batch_size=8,
-            recipe=recipe,
-            output_dir=str(tmp_path / out),
+            output_dir=out,
             verbose=0,
             log=lines.append,
         )
 
-    finetune("lp_ft")
-    assert any(line.startswith("head: fitted on the frozen features of 24 ") for line in lines)
-    with open(tmp_path / "lp_ft" / "run.json") as f:
-        assert json.load(f)["recipe"] == "finetune"
-    # The paper's recipe trains the zero head with the rest.
-    del lines[:]
-    finetune("paper", recipe="paper_finetune")
-    assert not any(line.startswith("head:") for line in lines)
-    # A run resumed from its backup has its fitted head there: no second fit.
     save = backup.CrashSafeBackup.on_epoch_end
 
     def killed_after_epoch_1(self, epoch, logs=None):
@@ -122,10 +113,15 @@ def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run
     backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_1
     try:
         with pytest.raises(KeyboardInterrupt):
-            finetune("killed", epochs=2)
+            finetune()
     finally:
         backup.CrashSafeBackup.on_epoch_end = save
+    # train(weights=...)'s defaults are the command's: the `finetune` recipe.
+    with open(os.path.join(out, "run.json")) as f:
+        assert json.load(f)["recipe"] == "finetune"
+    assert any(line.startswith("head: fitted on the frozen features of 24 ") for line in lines)
+    # The resumed run has its fitted head in its checkpoint: no second fit.
     del lines[:]
-    finetune("killed", epochs=2)
+    finetune()
     assert any("resuming from" in line for line in lines), lines
     assert not any(line.startswith("head:") for line in lines)
