@@ -119,7 +119,7 @@ def pretrain(
         dataset,
         "train",
         training=True,
-        crop_scale=None if dataset == "fashion_mnist" else (0.08, 1.0),
+        crop_scale=run.training_crop(dataset),
         flip=True,
         augmentation=batch_augmentation(augmentation, seed),
         batch_size=batch_size,

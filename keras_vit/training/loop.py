@@ -288,14 +288,13 @@ def train(
     common = run.data_options(
         image_size, channels, data_dir, download, validation_split=validation_split
     )
-    small_images = dataset == "fashion_mnist"
 
     def training_data(batch, shard):
         return vit_data.load(
             dataset,
             "train",
             training=True,
-            crop_scale=None if small_images else recipe.crop_scale,
+            crop_scale=run.training_crop(dataset),
             flip=True,
             augmentation=batch_augmentation(augmentation, seed),
             batch_size=batch,

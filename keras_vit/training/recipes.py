@@ -117,8 +117,7 @@ class Recipe:
             machine (`keras_vit.data.make_pipeline`'s `autotune`).
         crop_scale: `(min, max)` area share of the training images'
             random-resized crop, or `None` (the whole image, resized); not
-            applied to Fashion-MNIST, whose centred 28-pixel items every
-            crop would cut.
+            applied to Fashion-MNIST (`Run.training_crop`).
         head_first: fit a checkpoint's new head on the frozen model's
             features before training every weight (linear probing, then
             fine-tuning: `keras_vit.training.finetuning.fit_new_heads`).

@@ -159,6 +159,13 @@ class Run:
             options["download"] = True
         return options
 
+    def training_crop(self, dataset):
+        """The random-resized crop scale of `dataset`'s training images: the recipe's.
+
+        Fashion-MNIST's is `None`: every crop would cut its centred 28-pixel items.
+        """
+        return None if dataset == "fashion_mnist" else self.recipe.crop_scale
+
     def steps_per_epoch(self, data, dataset, batch_size=None):
         """Training steps per epoch of a `keras_vit.data.Dataset`; fewer than one is an error."""
         batch_size = batch_size or self.batch_size

@@ -68,27 +68,15 @@ def test_a_new_head_is_fitted_on_the_frozen_features_and_nothing_else_moves():
     assert fit_new_heads(fresh, data.batch(16), max_images=20, log=lines.append)["images"] == 32
 
 
-def three_class_folder(root):
-    """Dark, grey and light 16-px PNGs (the trained run's checkpoint knows two classes)."""
-    import tensorflow as tf
-
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 8), ("test", 4)):
-        for name, base in (("dark", 40), ("grey", 120), ("light", 200)):
-            folder = root / split / name
-            os.makedirs(folder)
-            for i in range(count):
-                image = np.clip(base + rng.normal(0, 20, (16, 16, 3)), 0, 255).astype("uint8")
-                (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
-    return str(root)
-
-
 @pytest.mark.slow
 def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run, tmp_path):
     from keras_vit.training import backup
+    from tests.training.test_train_command import write_dataset
 
     assert RECIPES["finetune"].head_first and not RECIPES["paper_finetune"].head_first
-    data = three_class_folder(tmp_path / "data")
+    # Three classes where the trained run's checkpoint has two: a new head.
+    shades = (("dark", 40), ("grey", 120), ("light", 200))
+    data = write_dataset(tmp_path / "data", per_class=8, shades=shades)
     out = str(tmp_path / "finetune")
     lines = []
 

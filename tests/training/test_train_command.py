@@ -12,14 +12,14 @@ from keras_vit.cli import main
 from keras_vit.training.run import read_run
 
 
-def write_dataset(root, per_class=48):
+def write_dataset(root, per_class=48, shades=(("dark", 40), ("light", 200))):
+    """A train/test folder of 16-px PNGs: one class per `(name, mean grey level)` of `shades`."""
     rng = np.random.default_rng(0)
     for split in ("train", "test"):
-        for label, name in enumerate(("dark", "light")):
+        for name, base in shades:
             folder = root / split / name
             os.makedirs(folder)
             for i in range(per_class if split == "train" else 8):
-                base = 40 if label == 0 else 200
                 image = np.clip(base + rng.normal(0, 20, (16, 16, 3)), 0, 255).astype("uint8")
                 (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
     return str(root)
