@@ -1,6 +1,7 @@
 """Training: the paper's recipes and the `keras-vit train` job."""
 
 from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
+from keras_vit.training.batch_norm import PreciseBatchNorm, recompute_batch_norm_statistics
 from keras_vit.training.finetuning import fit_new_heads
 from keras_vit.training.loop import DEFAULTS, SMALL_MODEL, model_arguments, train
 from keras_vit.training.recipes import (

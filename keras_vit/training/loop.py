@@ -357,6 +357,20 @@ def train(
                 log=log,
             )
 
+    def statistics_data():
+        # Every training image alike (no crop, flip or mixing), in one
+        # shuffled order each time; the same images on every worker.
+        return vit_data.load(
+            dataset,
+            "train",
+            training=True,
+            crop_scale=None,
+            flip=False,
+            batch_size=batch_size,
+            limit=limit,
+            **common,
+        ).data
+
     validation_freq = validate_every or epochs
     with plan.scope():
         history = run.fit(
@@ -364,6 +378,7 @@ def train(
             train_data.data,
             validation_data=test_data.data if test_data is not None else None,
             validation_freq=validation_freq,
+            statistics_data=statistics_data,
             verbose=verbose,
         )
         metrics = {}

@@ -435,6 +435,7 @@ def fit_with_checkpoints(
     resuming=False,
     validation_data=None,
     validation_freq=1,
+    statistics_data=None,
     verbose=2,
     log=print,
 ):
@@ -446,6 +447,11 @@ def fit_with_checkpoints(
     replays the finished epochs' shuffles of `data` so the next epoch sees
     the order (and masks) of an uninterrupted run. A non-finite loss stops
     the run with a `RuntimeError` that says where the last good checkpoint is.
+    With `statistics_data` (a function that returns batches of training
+    images without augmentation), the model's BatchNorm statistics are
+    recomputed on them before each validation and after the last epoch
+    (`keras_vit.training.batch_norm.PreciseBatchNorm`): the model saved and
+    the accuracy reported are what inference gives, after a run of any length.
 
     Returns:
         `(history, fit_seconds)`.
@@ -469,6 +475,12 @@ def fit_with_checkpoints(
         EpochCSVLogger(history_csv, append=True),
         CrashSafeBackup(backup_dir),
     ]
+    statistics = None
+    if statistics_data is not None:
+        from keras_vit.training.batch_norm import PreciseBatchNorm
+
+        statistics = PreciseBatchNorm(statistics_data, log=log)
+        callbacks.insert(0, statistics)  # before the checkpoint: it keeps them
     resumed = latest_checkpoint(backup_dir) if resuming else None
     if resuming:
         _truncate_history(history_csv, resumed[0] if resumed else 0)
@@ -495,6 +507,8 @@ def fit_with_checkpoints(
             verbose=verbose,
             shuffle=False,  # the pipeline shuffles
         )
+    if statistics is not None and guard.failure is None:
+        statistics.finish()
     fit_seconds = time.perf_counter() - fit_start
     if guard.failure is not None:
         found = latest_checkpoint(backup_dir)

@@ -4,11 +4,14 @@ import csv
 import json
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_vit import data as vit_data
 from keras_vit.cli import main
+from keras_vit.training.batch_norm import recompute_batch_norm_statistics
 from keras_vit.training.run import read_run
 
 
@@ -74,6 +77,15 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(
     assert float(rows[-1]["val_accuracy"]) == pytest.approx(metrics["test_accuracy"])
 
     model = os.path.join(out, "model.keras")
+    # Saved with the BatchNorm statistics of the training images at inference,
+    # not moving averages that still remember their start after 24 steps.
+    assert "BatchNorm statistics recomputed on" in printed
+    saved = keras.models.load_model(model)
+    kept = [np.array(w) for w in saved.non_trainable_weights]
+    images = vit_data.load(data, "train", image_size=16, batch_size=8).data
+    recompute_batch_norm_statistics(saved, lambda: images)
+    for kept_statistics, statistics in zip(kept, saved.non_trainable_weights):
+        np.testing.assert_allclose(statistics, kept_statistics, rtol=1e-4, atol=1e-5)
     assert main(["evaluate", "--model", model, "--dataset", data]) == 0
     assert "accuracy" in capsys.readouterr().out
     image = os.path.join(data, "test", "light", "0.png")
@@ -108,8 +120,6 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(
     )
     assert "test accuracy:" in capsys.readouterr().out
     assert [read_run(d)["job"] for d in (out, tuned)] == ["train", "finetune"]
-    import keras
-
     import keras_vit
 
     tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))
@@ -186,8 +196,6 @@ def test_predict_rejects_files_that_are_not_images(trained_run, tmp_path, capsys
 @pytest.mark.slow
 def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_path):
     import dataclasses
-
-    import keras
 
     from keras_vit.training import RECIPES, train
 
