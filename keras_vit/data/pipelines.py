@@ -315,10 +315,25 @@ def make_pipeline(
     deterministic = deterministic or not training  # predictions line up with their files
     parallel = dict(num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
-    def decoded(data):
+    def decoded(data, in_order):
         if decode is None:
             return data
-        return data.map(decode, **parallel).ignore_errors(log_warning=True)
+        count = int(in_order.cardinality())
+        examples = data.map(decode, **parallel).ignore_errors(log_warning=True)
+        if not training or count < 0:
+            return examples  # evaluation: exactly the examples that decode
+        # Dropping examples leaves the length unknown, which Keras reports at
+        # every training epoch's end as running out of data: the length stays
+        # the examples' count, the first examples in order standing in for any
+        # that failed. (Behind `concatenate`, which opens its first input when
+        # it is opened: each epoch's iterator draws its shuffle at once, as
+        # a resumed run's replay of the finished epochs expects.)
+        stand_ins = in_order.map(decode, **parallel).ignore_errors().repeat()
+        return (
+            examples.concatenate(stand_ins)
+            .take(count)
+            .apply(tf.data.experimental.assert_cardinality(count))
+        )
 
     data = dataset if limit is None else dataset.take(limit)
     if shard is not None:
@@ -326,13 +341,14 @@ def make_pipeline(
         data = data.shard(*shard)
         if size >= 0:
             data = data.take(size // shard[0])
+    in_order = data
     if cache:
-        data = decoded(data).cache()
+        data = decoded(data, in_order).cache()
     if training:
         buffer = shuffle_buffer or 60_000
         data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     if not cache:
-        data = decoded(data)
+        data = decoded(data, in_order)
     # The images as decoded (a folder's examples are names until `decode`).
     image_spec = data.element_spec[0]
     if image_spec.shape.rank not in (2, 3) or (
@@ -558,7 +574,10 @@ def from_folder(
     `keras_vit.data.image_limits`, checked from their headers), are skipped
     with one warning that counts them; images that fail to decode
     (truncated, corrupt) are dropped by the pipeline with a warning instead
-    of stopping an epoch.
+    of stopping an epoch. A training pipeline keeps its length known (the
+    images' count: Keras then knows an epoch's steps), the folder's first
+    images standing in for any that failed; an evaluation pipeline gives
+    exactly the images that decode.
 
     Args:
         directory: the folder.

@@ -492,6 +492,7 @@ class VisionTransformer(keras.Model):
                     images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
                 super().__init__(inputs, _assemble(images, arguments, plan), name=name)
             self.trainable = trainable
+            self._sizes_checked = frozenset()  # input sizes that `_check_image_size` passed
             # What `get_config` returns: the arguments as resolved (a checkpoint's
             # values in place of its defaults), so a file rebuilds this function.
             self._arguments = arguments
@@ -500,6 +501,37 @@ class VisionTransformer(keras.Model):
             )
             if weights_path is not None:
                 checkpoints.load(self, weights_path, arguments["resample_method"])
+
+    def fit(self, x=None, *args, **kwargs):
+        self._check_image_size(x)
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_image_size(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_image_size(x)
+        return super().predict(x, *args, **kwargs)
+
+    def _check_image_size(self, x):
+        """Images of a size the model cannot take fail here, before Keras' loop starts.
+
+        A model of any size learns the size of its images only when they
+        arrive, and inside Keras' loops an error is worse than our
+        `ValueError`: JAX's take the weights out of the model while they
+        run (an error there leaves it without them: every later call
+        fails), TensorFlow's graphs raise it as an assertion op's failure.
+        Checked symbolically, once per size.
+        """
+        if None not in self.input_shape[1:] or self._arguments["pad_to_patches"]:
+            return
+        shape = _batch_shape(x)
+        if shape is None or len(shape) != len(self.input_shape) or None in shape[1:]:
+            return
+        if shape[1:] not in self._sizes_checked:
+            self.compute_output_spec(keras.KerasTensor((None, *shape[1:])))
+            self._sizes_checked = self._sizes_checked | {shape[1:]}
 
     def get_config(self):
         if self._grafted or _changed_in_place(self):
@@ -524,6 +556,17 @@ class VisionTransformer(keras.Model):
             return keras.Model.from_config(config, custom_objects=custom_objects)
         # Files of versions without `data_format` were channels-last.
         return cls(**{"data_format": "channels_last", **config})
+
+
+def _batch_shape(x):
+    """The static shape of a batch of images (an array, a tensor, a tf.data element), or None."""
+    spec = getattr(x, "element_spec", None)  # a tf.data.Dataset
+    if spec is not None:
+        spec = spec[0] if isinstance(spec, (tuple, list)) else spec
+        shape = getattr(spec, "shape", None)
+        return None if shape is None or shape.rank is None else tuple(shape.as_list())
+    shape = getattr(x, "shape", None)
+    return None if shape is None else tuple(None if s is None else int(s) for s in shape)
 
 
 # The arguments that a model's configuration holds (all but `weights`,

@@ -486,12 +486,12 @@ def fit_with_checkpoints(
         _truncate_history(history_csv, resumed[0] if resumed else 0)
     if resumed is not None:
         log(f"resuming from {resumed[1]} ({resumed[0]} of {epochs} epochs done)")
-        # tf.data draws each epoch's shuffle from the dataset's seed, one
-        # draw per iteration: replaying the finished epochs' draws gives
-        # the next epoch the order it has in an uninterrupted run (without
-        # this it would get the first epoch's).
+        # tf.data draws a shuffle from the dataset's seed at each iterator
+        # it opens: replaying the finished epochs' draws gives the next
+        # epoch the order it has in an uninterrupted run (without this it
+        # would get the first epoch's).
         if hasattr(data, "cardinality"):  # not a tf.distribute dataset
-            for _ in range(resumed[0]):
+            for _ in range(resumed[0] * iterators_per_epoch(data)):
                 iter(data)
     fit_start = time.perf_counter()
     with warnings.catch_warnings():
@@ -524,6 +524,19 @@ def fit_with_checkpoints(
             "or check the data."
         )
     return history, fit_seconds
+
+
+def iterators_per_epoch(data):
+    """How many iterators Keras' `fit` opens on a `tf.data.Dataset` per epoch.
+
+    Keras' epoch iterator opens one at each epoch's start; on TensorFlow,
+    for data of a known length, it opens the next epoch's at the end of an
+    epoch as well, and the next epoch opens its own all the same: two.
+    """
+    import keras
+
+    known = int(data.cardinality()) >= 0
+    return 2 if keras.backend.backend() == "tensorflow" and known else 1
 
 
 RUN_FILE = "run.json"

@@ -2,7 +2,9 @@
 
 import logging
 import os
+import warnings
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -151,6 +153,18 @@ def test_image_folder_skips_bad_files_with_a_count(tmp_path, caplog):
     )
     assert seen == 12  # the truncated PNG is dropped, not a crash
     fit_a_few_steps(ds, 16)
+    # A training pipeline's length stays known (13 images: 3 batches of 4),
+    # so that Keras does not report running out of data at each epoch's end.
+    assert int(ds.data.cardinality()) == 3
+    assert sum(len(y) for _, y in ds.data) == 12
+    model = keras.Sequential(
+        [keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(2)]
+    )
+    model.compile("sgd", keras.losses.CategoricalCrossentropy(from_logits=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(ds.data, epochs=2, verbose=0, shuffle=False)
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
 
 
 @pytest.mark.backend_independent  # tf.data alone

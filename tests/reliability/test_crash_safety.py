@@ -34,6 +34,37 @@ def tiny_data(count=16):
     return rng.uniform(0, 255, (count, 16, 16, 3)).astype("float32"), rng.normal(size=(count, 5))
 
 
+@pytest.mark.parametrize("length", ["known", "unknown"])
+def test_a_resumed_fit_sees_the_shuffles_of_an_uninterrupted_one(tmp_path, length):
+    """Epoch 3 after a restart from epoch 2's checkpoint: the batches of an unbroken run."""
+    import tensorflow as tf
+
+    from keras_vit.training.run import fit_with_checkpoints
+
+    x, y = tiny_data(24)
+
+    def data():  # a new pipeline, as a restarted process builds
+        examples = tf.data.Dataset.from_tensor_slices((x, y.astype("float32")))
+        if length == "unknown":  # an image folder's: examples may be dropped
+            examples = examples.filter(lambda image, target: True)
+        return examples.shuffle(24, seed=0).batch(8)
+
+    def run(out, epochs, resuming=False):
+        os.makedirs(out, exist_ok=True)
+        keras.utils.set_random_seed(0)
+        model = tiny_model(learning_rate=0.05)
+        fit_with_checkpoints(
+            model, data(), epochs=epochs, output_dir=out, resuming=resuming, verbose=0
+        )
+        return model.get_weights()
+
+    unbroken = run(str(tmp_path / "unbroken"), 3)
+    run(str(tmp_path / "restarted"), 2)  # ends with epoch 2's checkpoint
+    resumed = run(str(tmp_path / "restarted"), 3, resuming=True)
+    for a, b in zip(resumed, unbroken):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_kill_during_a_save_leaves_the_previous_checkpoint(tmp_path):
     backup_dir = str(tmp_path / "backup")
     x, y = tiny_data()
