@@ -297,14 +297,23 @@ def write_folder(out, train=1500, test=1000):
     return out
 
 
-def finetune(checkpoint, out, image_size=112, train=1500, test=1000, seeds=(0, 1, 2), recipe=None):
+def finetune(
+    checkpoint,
+    out,
+    image_size=112,
+    train=1500,
+    test=1000,
+    seeds=(0, 1, 2),
+    recipe=None,
+    layer_decay=None,
+):
     """`keras-vit finetune` of the checkpoint on a small folder, beside its frozen probe.
 
     Writes `out/data` (`write_folder`), then per seed: the linear probe of
     the frozen class token (`fit_new_heads`: the head that the default
     recipe starts from) scored on the test images, and the fine-tune that
     `keras_vit.training.train` runs with the command's defaults (or
-    `recipe`). One JSON row per seed.
+    `recipe`, and `layer_decay`). One JSON row per seed.
     """
     import time
 
@@ -339,6 +348,7 @@ def finetune(checkpoint, out, image_size=112, train=1500, test=1000, seeds=(0, 1
             weights=path,
             image_size=image_size,
             recipe=recipe,  # None: `train`'s defaults with weights, the command's
+            layer_decay=layer_decay,
             seed=seed,
             output_dir=os.path.join(out, f"finetune_{seed}"),
             overwrite=True,
@@ -350,6 +360,7 @@ def finetune(checkpoint, out, image_size=112, train=1500, test=1000, seeds=(0, 1
                 "backend": keras.backend.backend(),
                 "seed": seed,
                 "recipe": recipe or "finetune",
+                "layer_decay": layer_decay,
                 "probe_accuracy": float(np.mean(predicted == truth)),
                 "probe_seconds": round(probe_seconds, 1),
                 "finetune_accuracy": result["metrics"]["test_accuracy"],
@@ -394,11 +405,19 @@ def main(argv=None):
     tuning.add_argument("--image-size", type=int, default=112)
     tuning.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     tuning.add_argument("--recipe", default=None, help="default: the command's")
+    tuning.add_argument("--layer-decay", type=float, default=None, help="default: the recipe's")
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
     elif args.command == "finetune":
-        finetune(args.checkpoint, args.out, args.image_size, seeds=args.seeds, recipe=args.recipe)
+        finetune(
+            args.checkpoint,
+            args.out,
+            args.image_size,
+            seeds=args.seeds,
+            recipe=args.recipe,
+            layer_decay=args.layer_decay,
+        )
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
     else:

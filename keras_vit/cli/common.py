@@ -432,6 +432,17 @@ def fraction(text):
     return value
 
 
+def decay_factor(text):
+    """A number in (0, 1]: `--layer-decay`'s."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], not {text!r}")
+    return value
+
+
 def add_image_limit(parser):
     from keras_vit.data import image_limits
 

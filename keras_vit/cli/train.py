@@ -6,6 +6,7 @@ from keras_vit.cli.common import (
     TRAINING,
     add_run_arguments,
     check_writable,
+    decay_factor,
     fail,
     fraction,
     positive_int,
@@ -39,7 +40,7 @@ def add_parser(command):
         help="patch size in pixels (default: the model's)",
     )
     add_run_arguments(train, **DEFAULTS["train"], output_dir="keras_vit_run")
-    _add_patch_dropout(train)
+    _add_training_options(train)
     train.set_defaults(run=run, needs=NEEDS)
 
     finetune = command(
@@ -60,11 +61,11 @@ def add_parser(command):
         help="a .keras file, an official .npz, a Hugging Face or timm file",
     )
     add_run_arguments(finetune, **DEFAULTS["finetune"], output_dir="keras_vit_finetune")
-    _add_patch_dropout(finetune)
+    _add_training_options(finetune)
     finetune.set_defaults(run=run, needs=NEEDS)
 
 
-def _add_patch_dropout(parser):
+def _add_training_options(parser):
     parser.add_argument(
         "--patch-dropout",
         type=fraction,
@@ -72,6 +73,15 @@ def _add_patch_dropout(parser):
         metavar="RATE",
         help="train on a random share 1 - RATE of each image's patch tokens "
         "(cheaper steps at high resolution; evaluation sees all)",
+    )
+    parser.add_argument(
+        "--layer-decay",
+        type=decay_factor,
+        default=None,
+        metavar="FACTOR",
+        help="layer-wise learning-rate decay in (0, 1]: block i of L trains at "
+        "FACTOR**(L-i) of the rate, the embedding lowest, the head at the full rate "
+        "(default: the recipe's, 1 for every recipe)",
     )
 
 
@@ -100,6 +110,7 @@ def run(args):
             model_parallel=args.model_parallel,
             gradient_accumulation_steps=args.accumulate,
             patch_dropout_rate=args.patch_dropout,
+            layer_decay=args.layer_decay,
             validate_every=args.validate_every,
             deterministic=args.deterministic,
             validation_split=args.validation_split,

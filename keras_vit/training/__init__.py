@@ -10,6 +10,7 @@ from keras_vit.training.recipes import (
     WarmupDecay,
     finetuning_optimizer,
     get_recipe,
+    layer_decay_scales,
     no_weight_decay_variables,
     pretraining_optimizer,
 )

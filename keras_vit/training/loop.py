@@ -122,6 +122,7 @@ def train(
     model_parallel=2,
     gradient_accumulation_steps=None,
     patch_dropout_rate=None,
+    layer_decay=None,
     validate_every=None,
     deterministic=False,
     validation_split=None,
@@ -175,6 +176,10 @@ def train(
             before the Transformer blocks (`keras_vit.layers.PatchDropout`):
             cheaper steps where the blocks dominate (many tokens: a high
             resolution); evaluation sees every token.
+        layer_decay: `None` (the recipe's) or a float in `(0, 1]`: layer-wise
+            learning-rate decay (`keras_vit.training.layer_decay_scales`:
+            block `i` of `L` at `layer_decay ** (L - i)` of the rate, the
+            embedding lowest), for fine-tuning a pretrained model.
         validate_every: evaluate on the test split every this many epochs
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics.
@@ -229,6 +234,10 @@ def train(
         recipe = dataclasses.replace(
             recipe, patch_dropout_rate=check_rate(patch_dropout_rate, "patch_dropout_rate")
         )
+    if layer_decay is not None:
+        from keras_vit.training.recipes import check_layer_decay
+
+        recipe = dataclasses.replace(recipe, layer_decay=check_layer_decay(layer_decay))
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
             "`validate_every` must be None or a positive int. "
@@ -280,6 +289,7 @@ def train(
             "gradient_accumulation_steps": gradient_accumulation_steps,
             "limit": limit,
             "patch_dropout_rate": patch_dropout_rate,
+            "layer_decay": layer_decay,
         },
         output_dir=None
         if plan.is_chief

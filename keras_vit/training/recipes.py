@@ -14,7 +14,13 @@ import dataclasses
 import keras
 
 from keras_vit.layers.conv_stem import replicated_tensorflow
-from keras_vit.optimizers import ReplicatedAdamW, ReplicatedSGD, WarmupDecay
+from keras_vit.optimizers import (
+    ReplicatedAdamW,
+    ReplicatedSGD,
+    ScaledAdamW,
+    ScaledSGD,
+    WarmupDecay,
+)
 
 # On TensorFlow, XLA pays for itself after about this many training steps:
 # compiling the small model's step and evaluation takes 4.6 s more than
@@ -51,6 +57,74 @@ def no_weight_decay_variables(model):
     return skipped
 
 
+# Below the first block: the embedding of the image and the tokens added to it.
+_EMBEDDING_LAYERS = (
+    "stem",
+    "patch_embedding",
+    "class_token",
+    "distillation_token",
+    "register_tokens",
+    "position_embedding",
+)
+
+
+def check_layer_decay(layer_decay, argument="layer_decay"):
+    """`layer_decay` as a float in `(0, 1]`, or a `ValueError` naming it."""
+    if (
+        not isinstance(layer_decay, (int, float))
+        or isinstance(layer_decay, bool)
+        or not 0 < layer_decay <= 1
+    ):
+        raise ValueError(
+            f"`{argument}` must be a number in (0, 1] (1: one rate for every layer). "
+            f"Received: {argument}={layer_decay!r}"
+        )
+    return float(layer_decay)
+
+
+def layer_decay_scales(model, layer_decay):
+    """Layer-wise learning-rate decay (BEiT, MAE, DINOv2): each variable's share of the rate.
+
+    With `L` Transformer blocks, block `i` (from 0) trains at `layer_decay **
+    (L - i)` of the rate, what comes after the blocks (the final LayerNorm,
+    pooling, head) at the full rate, and the embedding (stem, patch
+    embedding, tokens, position table) at the lowest, `layer_decay ** (L + 1)`:
+    a pretrained model's lower layers, which hold its most general features,
+    move least. For `ScaledAdamW` / `ScaledSGD`'s `learning_rate_scales`.
+
+    Args:
+        model: a keras_vit model (its layers named as `VisionTransformer` names them).
+        layer_decay: float in `(0, 1]`.
+
+    Returns:
+        dict `{variable path: scale}` of every trainable variable.
+
+    Example:
+
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     input_shape=(8, 8, 3), patch_size=4, hidden_dim=8, num_layers=2,
+    ...     num_heads=2, mlp_dim=8, classes=2)
+    >>> scales = layer_decay_scales(model, 0.5)
+    >>> [scales[p] for p in ("patch_embedding/kernel", "encoderblock_0/mlp_dense_1/kernel",
+    ...                       "encoderblock_1/mlp_dense_1/kernel", "head/kernel")]
+    [0.125, 0.25, 0.5, 1.0]
+    """
+    layer_decay = check_layer_decay(layer_decay)
+    blocks = sum(1 for layer in model.layers if layer.name.startswith("encoderblock_"))
+    scales = {}
+    for variable in model.trainable_variables:
+        first = variable.path.split("/")[0]
+        if first.startswith("encoderblock_"):
+            depth = int(first[len("encoderblock_") :]) + 1
+        elif first in _EMBEDDING_LAYERS:
+            depth = 0
+        else:
+            depth = blocks + 1
+        scales[variable.path] = layer_decay ** (blocks + 1 - depth)
+    return scales
+
+
 def pretraining_optimizer(
     model,
     schedule,
@@ -59,6 +133,7 @@ def pretraining_optimizer(
     beta_2=0.999,
     clipnorm=1.0,
     gradient_accumulation_steps=None,
+    layer_decay=1.0,
 ):
     """The paper's pre-training optimizer: AdamW, decay skipping what it must.
 
@@ -70,8 +145,17 @@ def pretraining_optimizer(
         clipnorm: float or `None`, global-norm gradient clipping.
         gradient_accumulation_steps: int or `None`: apply the update every
             this many batches, for a larger effective batch.
+        layer_decay: float in `(0, 1]`, the layer-wise rate decay
+            (`layer_decay_scales`); 1: one rate for every variable.
     """
-    adamw = ReplicatedAdamW if replicated_tensorflow() else keras.optimizers.AdamW
+    scales = {}
+    if check_layer_decay(layer_decay) < 1:
+        scales = {"learning_rate_scales": layer_decay_scales(model, layer_decay)}
+    adamw = (
+        ReplicatedAdamW
+        if replicated_tensorflow()
+        else (ScaledAdamW if scales else keras.optimizers.AdamW)
+    )
     optimizer = adamw(
         learning_rate=schedule,
         weight_decay=weight_decay,
@@ -79,19 +163,36 @@ def pretraining_optimizer(
         beta_2=beta_2,
         global_clipnorm=clipnorm,
         gradient_accumulation_steps=gradient_accumulation_steps,
+        **scales,
     )
     optimizer.exclude_from_weight_decay(var_list=no_weight_decay_variables(model))
     return optimizer
 
 
-def finetuning_optimizer(schedule, momentum=0.9, clipnorm=1.0, gradient_accumulation_steps=None):
-    """The paper's fine-tuning optimizer: SGD with momentum, no weight decay."""
-    sgd = ReplicatedSGD if replicated_tensorflow() else keras.optimizers.SGD
+def finetuning_optimizer(
+    schedule,
+    momentum=0.9,
+    clipnorm=1.0,
+    gradient_accumulation_steps=None,
+    learning_rate_scales=None,
+):
+    """The paper's fine-tuning optimizer: SGD with momentum, no weight decay.
+
+    `learning_rate_scales`: `None`, or each variable's share of the rate
+    (`layer_decay_scales`).
+    """
+    scales = {"learning_rate_scales": learning_rate_scales} if learning_rate_scales else {}
+    sgd = (
+        ReplicatedSGD
+        if replicated_tensorflow()
+        else (ScaledSGD if scales else keras.optimizers.SGD)
+    )
     return sgd(
         learning_rate=schedule,
         momentum=momentum,
         global_clipnorm=clipnorm,
         gradient_accumulation_steps=gradient_accumulation_steps,
+        **scales,
     )
 
 
@@ -121,6 +222,9 @@ class Recipe:
         head_first: fit a checkpoint's new head on the frozen model's
             features before training every weight (linear probing, then
             fine-tuning: `keras_vit.training.finetuning.fit_new_heads`).
+        layer_decay: float in `(0, 1]`, layer-wise learning-rate decay
+            (`layer_decay_scales`: block `i` of `L` at `layer_decay ** (L -
+            i)` of the rate); 1 (the default): one rate for every layer.
     """
 
     optimizer: str = "adamw"
@@ -137,6 +241,10 @@ class Recipe:
     data_autotune: bool = True
     crop_scale: tuple = (0.08, 1.0)
     head_first: bool = False
+    layer_decay: float = 1.0
+
+    def __post_init__(self):
+        check_layer_decay(self.layer_decay)
 
     def __str__(self):
         """One readable line, e.g. for a training log."""
@@ -154,6 +262,8 @@ class Recipe:
                 parts.append(
                     f"{name.replace('_rate', '').replace('_', ' ')} {getattr(self, name):g}"
                 )
+        if self.layer_decay < 1:
+            parts.append(f"layer-wise rate decay {self.layer_decay:g}")
         if self.head_first:
             parts.insert(0, "a new head fitted on the frozen features first")
         return ", ".join(parts)
@@ -175,6 +285,9 @@ class Recipe:
                 schedule,
                 clipnorm=self.clipnorm,
                 gradient_accumulation_steps=gradient_accumulation_steps,
+                learning_rate_scales=layer_decay_scales(model, self.layer_decay)
+                if self.layer_decay < 1
+                else None,
             )
         return pretraining_optimizer(
             model,
@@ -183,6 +296,7 @@ class Recipe:
             beta_2=self.beta_2,
             clipnorm=self.clipnorm,
             gradient_accumulation_steps=gradient_accumulation_steps,
+            layer_decay=self.layer_decay,
         )
 
     def compile(self, model, total_steps, gradient_accumulation_steps=None, **kwargs):

@@ -166,6 +166,8 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
         ({"image_size": 28, "patch_size": 3}, "leaves a 4-pixel feature map after the stem"),
         ({"patch_dropout_rate": 1.0}, "Received: patch_dropout_rate=1.0"),
         ({"patch_dropout_rate": "half"}, "Received: patch_dropout_rate='half'"),
+        ({"layer_decay": 0}, r"must be a number in \(0, 1\].*Received: layer_decay=0"),
+        ({"layer_decay": 1.5}, "Received: layer_decay=1.5"),
     ],
 )
 def test_a_bad_limit_or_patch_dropout_fails_before_any_work(tmp_path, arguments, message):

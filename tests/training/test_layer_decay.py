@@ -1,0 +1,108 @@
+"""Layer-wise learning-rate decay: each variable's step at its own share of the rate."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.optimizers import ScaledAdamW, ScaledSGD, WarmupDecay
+from keras_vit.training import RECIPES, layer_decay_scales
+
+
+def test_each_block_gets_its_power_of_the_decay_and_the_embedding_the_lowest():
+    model = keras_vit.VisionTransformer(
+        input_shape=(16, 16, 3),
+        patch_size=2,
+        hidden_dim=8,
+        num_layers=3,
+        num_heads=2,
+        mlp_dim=8,
+        classes=2,
+        stem_filters=(4,),
+        num_register_tokens=1,
+        representation_size=8,
+    )
+    scales = layer_decay_scales(model, 0.5)
+    assert set(scales) == {v.path for v in model.trainable_variables}
+    by_part = {path.rsplit("/", 1)[0]: scale for path, scale in scales.items()}
+    for part in ("stem/conv_0", "patch_embedding", "class_token", "register_tokens"):
+        assert by_part[part] == 0.5**4, part
+    assert by_part["position_embedding"] == 0.5**4
+    for block in range(3):  # block i of L = 3: decay ** (L - i)
+        assert by_part[f"encoderblock_{block}/mlp_dense_1"] == 0.5 ** (3 - block)
+    for part in ("encoder_norm", "pre_logits", "head"):
+        assert by_part[part] == 1.0, part
+    assert set(layer_decay_scales(model, 1.0).values()) == {1.0}
+    with pytest.raises(ValueError, match="Received: layer_decay=0"):
+        layer_decay_scales(model, 0)
+
+
+def steps(optimizer, variables, gradients):
+    for step_gradients in gradients:
+        optimizer.apply([keras.ops.convert_to_tensor(g) for g in step_gradients], variables)
+    return [np.array(v) for v in variables]
+
+
+@pytest.mark.parametrize("kind", ["adamw", "sgd"])
+def test_a_scaled_variable_steps_exactly_as_an_optimizer_of_that_rate(kind):
+    """Not a scaled gradient: Adam would divide that scale away."""
+    rng = np.random.default_rng(0)
+    start = [rng.normal(size=(3, 2)).astype("float32") for _ in range(2)]
+    gradients = [[rng.normal(size=(3, 2)).astype("float32") for _ in range(2)] for _ in range(6)]
+
+    def optimizer(scale=1.0, **options):
+        schedule = WarmupDecay(0.1 * scale, total_steps=6, warmup_steps=2)
+        if kind == "adamw":
+            return (ScaledAdamW if options else keras.optimizers.AdamW)(
+                schedule, weight_decay=0.3, **options
+            )
+        return (ScaledSGD if options else keras.optimizers.SGD)(schedule, momentum=0.9, **options)
+
+    variables = [keras.Variable(value, name=f"v{i}") for i, value in enumerate(start)]
+    scaled = steps(optimizer(learning_rate_scales={variables[0].path: 0.25}), variables, gradients)
+    # Each variable alone, with an optimizer of its own rate.
+    for index, scale in ((0, 0.25), (1, 1.0)):
+        alone = keras.Variable(start[index], name=f"alone{index}")
+        (expected,) = steps(optimizer(scale), [alone], [[g[index]] for g in gradients])
+        np.testing.assert_allclose(scaled[index], expected, rtol=1e-6, atol=1e-7)
+    # ... which a scaled gradient would not have given Adam.
+    if kind == "adamw":
+        alone = keras.Variable(start[0], name="scaled_gradient")
+        (shrunk,) = steps(optimizer(), [alone], [[0.25 * g[0]] for g in gradients])
+        assert np.abs(shrunk - scaled[0]).max() > 1e-3
+
+
+def test_a_recipe_with_layer_decay_compiles_trains_and_saves_its_rates(tmp_path):
+    import dataclasses
+
+    model = keras_vit.VisionTransformer(
+        input_shape=(8, 8, 3),
+        patch_size=4,
+        hidden_dim=8,
+        num_layers=2,
+        num_heads=2,
+        mlp_dim=8,
+        classes=2,
+        classifier_activation=None,
+    )
+    recipe = dataclasses.replace(RECIPES["finetune"], layer_decay=0.5)
+    assert "layer-wise rate decay 0.5" in str(recipe)
+    recipe.compile(model, total_steps=4, jit_compile=False)
+    assert isinstance(model.optimizer, ScaledAdamW)
+    embedding = np.array(model.get_layer("patch_embedding").kernel)
+    images = np.random.default_rng(0).uniform(0, 255, (8, 8, 8, 3)).astype("float32")
+    model.fit(images, np.eye(2)[np.arange(8) % 2], batch_size=4, epochs=1, verbose=0)
+    assert not np.array_equal(embedding, model.get_layer("patch_embedding").kernel)
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert loaded.optimizer.learning_rate_scales == layer_decay_scales(model, 0.5)
+    with pytest.raises(ValueError, match="Received: layer_decay=2"):
+        dataclasses.replace(recipe, layer_decay=2)
+
+
+def test_the_commands_take_layer_decay_in_0_to_1(capsys):
+    from keras_vit.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["finetune", "model.keras", "--layer-decay", "0"])
+    assert "--layer-decay: must be a number in (0, 1], not '0'" in capsys.readouterr().err
