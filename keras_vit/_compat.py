@@ -112,6 +112,100 @@ class SumReplicasBeforeClipping:
         return list(grads_and_vars)  # summed before clipping
 
 
+# --- Training: a learning rate per variable --------------------------------
+
+# Keras' optimizers have one rate and no parameter groups. A variable's rate
+# is scaled where the backends' steps take the rate: `_backend_update_step`
+# (PyTorch's updates many tensors at once, so it runs per group of equal
+# rates) and `_apply_weight_decay`, which reads the optimizer's
+# `_learning_rate`; a variable's index is `_get_variable_index`'s.
+for _hook in ("_backend_update_step", "_apply_weight_decay", "_get_variable_index"):
+    _require_private_method(keras.optimizers.Optimizer, _hook, "a learning rate per variable")
+
+
+class ScaledLearningRates:
+    """Mixin for a Keras optimizer: each variable's step at its own share of the rate.
+
+    Keras' optimizers have one learning rate; fine-tuning a pretrained
+    model wants lower rates for its lower layers (layer-wise rate decay).
+    Scaling a variable's gradient does not do it (Adam divides the scale
+    away), so the rate itself is scaled, inside the optimizer's step: each
+    variable's update, and its decoupled weight decay, use `learning_rate *
+    learning_rate_scales[variable.path]` (1 for a path not listed), exactly
+    as an optimizer of that rate on that variable alone would.
+
+    Args:
+        learning_rate_scales: dict `{variable path: float}`, e.g. from
+            `keras_vit.training.layer_decay_scales`.
+        **kwargs: the optimizer's arguments.
+    """
+
+    def __init__(self, *args, learning_rate_scales=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        scales = dict(learning_rate_scales or {})
+        for path, scale in scales.items():
+            if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale < 0:
+                raise ValueError(
+                    "`learning_rate_scales` must map variable paths to non-negative numbers. "
+                    f"Received: {path!r}: {scale!r}"
+                )
+        self.learning_rate_scales = {path: float(scale) for path, scale in scales.items()}
+
+    def build(self, variables):
+        super().build(variables)
+        # By index: TensorFlow's step hands over its own variables, without paths.
+        self._variable_scales = [self.learning_rate_scales.get(v.path, 1.0) for v in variables]
+
+    def _groups(self, variables):
+        """`(scale, indices)` of `variables` that share a scale."""
+        groups = {}
+        for index, variable in enumerate(variables):
+            scale = self._variable_scales[self._get_variable_index(variable)]
+            groups.setdefault(scale, []).append(index)
+        return groups.items()
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        # Each backend's own step (PyTorch's updates many tensors at once), per scale.
+        for scale, indices in self._groups(trainable_variables):
+            super()._backend_update_step(
+                [grads[i] for i in indices],
+                [trainable_variables[i] for i in indices],
+                learning_rate if scale == 1.0 else learning_rate * scale,
+            )
+
+    def _apply_weight_decay(self, variables):
+        for scale, indices in self._groups(variables):
+            group = [variables[i] for i in indices]
+            if self.weight_decay is None or not any(self._use_weight_decay(v) for v in group):
+                continue
+            if scale == 1.0:
+                super()._apply_weight_decay(group)
+                continue
+            # The decay reads `self.learning_rate`: this group's, while it runs.
+            schedule = _private(self, "_learning_rate", "the rate weight decay reads")
+            rate = self.learning_rate
+            self._learning_rate = lambda rate=rate * scale: rate
+            try:
+                super()._apply_weight_decay(group)
+            finally:
+                self._learning_rate = schedule
+
+    def get_config(self):
+        return {**super().get_config(), "learning_rate_scales": dict(self.learning_rate_scales)}
+
+
+# --- Layers: every layer of a model, nested ones included ------------------
+
+# Keras 3 has no public walk of the layers inside layers (a `ConvStem`'s
+# BatchNorms are attributes of the stem, not layers of the model).
+
+
+def all_layers(model):
+    """Every layer of `model` below it, nested layers included."""
+    flatten = _private(model, "_flatten_layers", "the layers inside layers")
+    return list(flatten(include_self=False, recursive=True))
+
+
 # --- Distribution: building before a multi-worker fit -----------------------
 
 

@@ -11,7 +11,7 @@ import math
 import keras
 from keras import ops
 
-from keras_vit._compat import SumReplicasBeforeClipping
+from keras_vit._compat import ScaledLearningRates, SumReplicasBeforeClipping
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -80,76 +80,6 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             "decay": self.decay,
             "end_learning_rate": self.end_learning_rate,
         }
-
-
-class ScaledLearningRates:
-    """Mixin for a Keras optimizer: each variable's step at its own share of the rate.
-
-    Keras' optimizers have one learning rate; fine-tuning a pretrained
-    model wants lower rates for its lower layers (layer-wise rate decay).
-    Scaling a variable's gradient does not do it (Adam divides the scale
-    away), so the rate itself is scaled, inside the optimizer's step: each
-    variable's update, and its decoupled weight decay, use `learning_rate *
-    learning_rate_scales[variable.path]` (1 for a path not listed), exactly
-    as an optimizer of that rate on that variable alone would.
-
-    Args:
-        learning_rate_scales: dict `{variable path: float}`, e.g. from
-            `keras_vit.training.layer_decay_scales`.
-        **kwargs: the optimizer's arguments.
-    """
-
-    def __init__(self, *args, learning_rate_scales=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        scales = dict(learning_rate_scales or {})
-        for path, scale in scales.items():
-            if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale < 0:
-                raise ValueError(
-                    "`learning_rate_scales` must map variable paths to non-negative numbers. "
-                    f"Received: {path!r}: {scale!r}"
-                )
-        self.learning_rate_scales = {path: float(scale) for path, scale in scales.items()}
-
-    def build(self, variables):
-        super().build(variables)
-        # By index: TensorFlow's step hands over its own variables, without paths.
-        self._variable_scales = [self.learning_rate_scales.get(v.path, 1.0) for v in variables]
-
-    def _groups(self, variables):
-        """`(scale, indices)` of `variables` that share a scale."""
-        groups = {}
-        for index, variable in enumerate(variables):
-            scale = self._variable_scales[self._get_variable_index(variable)]
-            groups.setdefault(scale, []).append(index)
-        return groups.items()
-
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        # Each backend's own step (PyTorch's updates many tensors at once), per scale.
-        for scale, indices in self._groups(trainable_variables):
-            super()._backend_update_step(
-                [grads[i] for i in indices],
-                [trainable_variables[i] for i in indices],
-                learning_rate if scale == 1.0 else learning_rate * scale,
-            )
-
-    def _apply_weight_decay(self, variables):
-        for scale, indices in self._groups(variables):
-            group = [variables[i] for i in indices]
-            if self.weight_decay is None or not any(self._use_weight_decay(v) for v in group):
-                continue
-            if scale == 1.0:
-                super()._apply_weight_decay(group)
-                continue
-            # The decay reads `self.learning_rate`: this group's, while it runs.
-            schedule, rate = self._learning_rate, self.learning_rate
-            self._learning_rate = lambda rate=rate * scale: rate
-            try:
-                super()._apply_weight_decay(group)
-            finally:
-                self._learning_rate = schedule
-
-    def get_config(self):
-        return {**super().get_config(), "learning_rate_scales": dict(self.learning_rate_scales)}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

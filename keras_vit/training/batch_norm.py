@@ -16,6 +16,8 @@ import math
 import keras
 import numpy as np
 
+from keras_vit._compat import all_layers
+
 MAX_IMAGES = 2048  # per layer; plenty for the per-channel statistics of a stem's map
 
 
@@ -26,9 +28,7 @@ class _Recorded(Exception):
 def batch_norm_layers(model):
     """The model's `keras.layers.BatchNormalization` layers, nested ones included."""
     return [
-        layer
-        for layer in model._flatten_layers(include_self=False, recursive=True)
-        if isinstance(layer, keras.layers.BatchNormalization)
+        layer for layer in all_layers(model) if isinstance(layer, keras.layers.BatchNormalization)
     ]
 
 
