@@ -83,6 +83,15 @@ def _add_training_options(parser):
         "FACTOR**(L-i) of the rate, the embedding lowest, the head at the full rate "
         "(default: the recipe's, 1 for every recipe)",
     )
+    parser.add_argument(
+        "--ema",
+        type=fraction,
+        default=None,
+        metavar="MOMENTUM",
+        help="validate, report and save an exponential moving average of the weights, "
+        "MOMENTUM in (0, 1) its weight at each step, e.g. 0.99 (default: the recipe's, "
+        "none for every recipe)",
+    )
 
 
 def run(args):
@@ -111,6 +120,7 @@ def run(args):
             gradient_accumulation_steps=args.accumulate,
             patch_dropout_rate=args.patch_dropout,
             layer_decay=args.layer_decay,
+            ema_momentum=args.ema,
             validate_every=args.validate_every,
             deterministic=args.deterministic,
             validation_split=args.validation_split,

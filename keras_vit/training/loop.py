@@ -123,6 +123,7 @@ def train(
     gradient_accumulation_steps=None,
     patch_dropout_rate=None,
     layer_decay=None,
+    ema_momentum=None,
     validate_every=None,
     deterministic=False,
     validation_split=None,
@@ -180,6 +181,10 @@ def train(
             learning-rate decay (`keras_vit.training.layer_decay_scales`:
             block `i` of `L` at `layer_decay ** (L - i)` of the rate, the
             embedding lowest), for fine-tuning a pretrained model.
+        ema_momentum: `None` (the recipe's) or a float in `(0, 1)`: the
+            run validates, reports and saves an exponential moving average
+            of the weights (Keras' `use_ema`; the checkpoints keep the
+            trained weights and the average).
         validate_every: evaluate on the test split every this many epochs
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics.
@@ -238,6 +243,10 @@ def train(
         from keras_vit.training.recipes import check_layer_decay
 
         recipe = dataclasses.replace(recipe, layer_decay=check_layer_decay(layer_decay))
+    if ema_momentum is not None:
+        from keras_vit.training.recipes import check_ema_momentum
+
+        recipe = dataclasses.replace(recipe, ema_momentum=check_ema_momentum(ema_momentum))
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
             "`validate_every` must be None or a positive int. "
@@ -290,6 +299,7 @@ def train(
             "limit": limit,
             "patch_dropout_rate": patch_dropout_rate,
             "layer_decay": layer_decay,
+            "ema_momentum": ema_momentum,
         },
         output_dir=None
         if plan.is_chief

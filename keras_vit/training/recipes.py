@@ -82,6 +82,28 @@ def check_layer_decay(layer_decay, argument="layer_decay"):
     return float(layer_decay)
 
 
+def check_ema_momentum(ema_momentum, argument="ema_momentum"):
+    """`ema_momentum` as `None` or a float in `(0, 1)`, or a `ValueError` naming it."""
+    if ema_momentum is None:
+        return None
+    if (
+        not isinstance(ema_momentum, (int, float))
+        or isinstance(ema_momentum, bool)
+        or not 0 < ema_momentum < 1
+    ):
+        raise ValueError(
+            f"`{argument}` must be None or a number in (0, 1), the weight of the average "
+            f"at each step. Received: {argument}={ema_momentum!r}"
+        )
+    return float(ema_momentum)
+
+
+def _ema_options(ema_momentum):
+    if check_ema_momentum(ema_momentum) is None:
+        return {}
+    return {"use_ema": True, "ema_momentum": ema_momentum}
+
+
 def layer_decay_scales(model, layer_decay):
     """Layer-wise learning-rate decay (BEiT, MAE, DINOv2): each variable's share of the rate.
 
@@ -134,6 +156,7 @@ def pretraining_optimizer(
     clipnorm=1.0,
     gradient_accumulation_steps=None,
     layer_decay=1.0,
+    ema_momentum=None,
 ):
     """The paper's pre-training optimizer: AdamW, decay skipping what it must.
 
@@ -147,6 +170,9 @@ def pretraining_optimizer(
             this many batches, for a larger effective batch.
         layer_decay: float in `(0, 1]`, the layer-wise rate decay
             (`layer_decay_scales`); 1: one rate for every variable.
+        ema_momentum: `None`, or a float in `(0, 1)`: the optimizer keeps
+            an exponential moving average of the weights (Keras' `use_ema`),
+            which `fit` puts into the model at its end.
     """
     scales = {}
     if check_layer_decay(layer_decay) < 1:
@@ -164,6 +190,7 @@ def pretraining_optimizer(
         global_clipnorm=clipnorm,
         gradient_accumulation_steps=gradient_accumulation_steps,
         **scales,
+        **_ema_options(ema_momentum),
     )
     optimizer.exclude_from_weight_decay(var_list=no_weight_decay_variables(model))
     return optimizer
@@ -175,11 +202,12 @@ def finetuning_optimizer(
     clipnorm=1.0,
     gradient_accumulation_steps=None,
     learning_rate_scales=None,
+    ema_momentum=None,
 ):
     """The paper's fine-tuning optimizer: SGD with momentum, no weight decay.
 
     `learning_rate_scales`: `None`, or each variable's share of the rate
-    (`layer_decay_scales`).
+    (`layer_decay_scales`); `ema_momentum`: as `pretraining_optimizer`'s.
     """
     scales = {"learning_rate_scales": learning_rate_scales} if learning_rate_scales else {}
     sgd = (
@@ -193,6 +221,7 @@ def finetuning_optimizer(
         global_clipnorm=clipnorm,
         gradient_accumulation_steps=gradient_accumulation_steps,
         **scales,
+        **_ema_options(ema_momentum),
     )
 
 
@@ -225,6 +254,9 @@ class Recipe:
         layer_decay: float in `(0, 1]`, layer-wise learning-rate decay
             (`layer_decay_scales`: block `i` of `L` at `layer_decay ** (L -
             i)` of the rate); 1 (the default): one rate for every layer.
+        ema_momentum: `None` (the default), or a float in `(0, 1)`: an
+            exponential moving average of the weights, the model that is
+            validated, reported and saved (`pretraining_optimizer`).
     """
 
     optimizer: str = "adamw"
@@ -242,9 +274,11 @@ class Recipe:
     crop_scale: tuple = (0.08, 1.0)
     head_first: bool = False
     layer_decay: float = 1.0
+    ema_momentum: float = None
 
     def __post_init__(self):
         check_layer_decay(self.layer_decay)
+        check_ema_momentum(self.ema_momentum)
 
     def __str__(self):
         """One readable line, e.g. for a training log."""
@@ -264,6 +298,8 @@ class Recipe:
                 )
         if self.layer_decay < 1:
             parts.append(f"layer-wise rate decay {self.layer_decay:g}")
+        if self.ema_momentum is not None:
+            parts.append(f"weight average (EMA) {self.ema_momentum:g}")
         if self.head_first:
             parts.insert(0, "a new head fitted on the frozen features first")
         return ", ".join(parts)
@@ -288,6 +324,7 @@ class Recipe:
                 learning_rate_scales=layer_decay_scales(model, self.layer_decay)
                 if self.layer_decay < 1
                 else None,
+                ema_momentum=self.ema_momentum,
             )
         return pretraining_optimizer(
             model,
@@ -297,6 +334,7 @@ class Recipe:
             clipnorm=self.clipnorm,
             gradient_accumulation_steps=gradient_accumulation_steps,
             layer_decay=self.layer_decay,
+            ema_momentum=self.ema_momentum,
         )
 
     def compile(self, model, total_steps, gradient_accumulation_steps=None, **kwargs):

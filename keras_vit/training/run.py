@@ -456,6 +456,8 @@ def fit_with_checkpoints(
     Returns:
         `(history, fit_seconds)`.
     """
+    import keras
+
     from keras_vit.training.backup import (
         CrashSafeBackup,
         StopOnNonFiniteLoss,
@@ -475,12 +477,20 @@ def fit_with_checkpoints(
         EpochCSVLogger(history_csv, append=True),
         CrashSafeBackup(backup_dir),
     ]
+    # Before the checkpoint (which keeps what they set), in this order:
+    # validation on the averaged weights that `fit` puts into the model at
+    # its end, the BatchNorm statistics of those weights, the checkpoint of
+    # the trained weights.
+    before = []
+    if getattr(model.optimizer, "use_ema", False):
+        before.append(keras.callbacks.SwapEMAWeights())
     statistics = None
     if statistics_data is not None:
         from keras_vit.training.batch_norm import PreciseBatchNorm
 
         statistics = PreciseBatchNorm(statistics_data, log=log)
-        callbacks.insert(0, statistics)  # before the checkpoint: it keeps them
+        before.append(statistics)
+    callbacks = before + callbacks
     resumed = latest_checkpoint(backup_dir) if resuming else None
     if resuming:
         _truncate_history(history_csv, resumed[0] if resumed else 0)

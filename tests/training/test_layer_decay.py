@@ -106,3 +106,34 @@ def test_the_commands_take_layer_decay_in_0_to_1(capsys):
     with pytest.raises(SystemExit):
         main(["finetune", "model.keras", "--layer-decay", "0"])
     assert "--layer-decay: must be a number in (0, 1], not '0'" in capsys.readouterr().err
+
+
+def test_a_run_with_ema_validates_reports_and_saves_the_averaged_weights(tmp_path):
+    """Keras' `use_ema` through `train`: the model reported is the model saved."""
+    from keras_vit.training import train
+    from tests.training.test_train_command import write_dataset
+
+    data = write_dataset(tmp_path / "data", per_class=16)
+    result = train(
+        data,
+        image_size=16,
+        epochs=2,
+        batch_size=8,
+        ema_momentum=0.9,
+        output_dir=str(tmp_path / "run"),
+        verbose=0,
+        log=lambda line: None,
+    )
+    saved = keras.saving.load_model(result["paths"]["model.keras"])
+    assert saved.optimizer.use_ema and saved.optimizer.ema_momentum == 0.9
+    # The averaged weights, not the last step's: the optimizer holds both.
+    for variable, average in zip(
+        saved.optimizer._trainable_variables, saved.optimizer._model_variables_moving_average
+    ):
+        np.testing.assert_allclose(variable, average, atol=1e-6)
+    test = keras_vit.data.load(data, "test", image_size=16, batch_size=8).data
+    evaluated = saved.evaluate(test, verbose=0, return_dict=True)
+    for name in ("accuracy", "cross_entropy"):
+        assert result["metrics"][f"test_{name}"] == pytest.approx(evaluated[name], rel=1e-5)
+    with pytest.raises(ValueError, match="Received: ema_momentum=1"):
+        train(data, ema_momentum=1, output_dir=str(tmp_path / "bad"))
