@@ -306,6 +306,8 @@ def finetune(
     seeds=(0, 1, 2),
     recipe=None,
     layer_decay=None,
+    learning_rate=None,
+    ema_momentum=None,
 ):
     """`keras-vit finetune` of the checkpoint on a small folder, beside its frozen probe.
 
@@ -313,8 +315,10 @@ def finetune(
     the frozen class token (`fit_new_heads`: the head that the default
     recipe starts from) scored on the test images, and the fine-tune that
     `keras_vit.training.train` runs with the command's defaults (or
-    `recipe`, and `layer_decay`). One JSON row per seed.
+    `recipe`, with `layer_decay`, `ema_momentum` and its rate set to
+    `learning_rate`). One JSON row per seed.
     """
+    import dataclasses
     import time
 
     import keras
@@ -322,8 +326,13 @@ def finetune(
 
     import keras_vit
     from keras_vit import data as vit_data
+    from keras_vit.training import DEFAULTS, get_recipe
     from keras_vit.training import train as run_training
     from keras_vit.training.finetuning import fit_new_heads
+
+    recipe_name = recipe or DEFAULTS["finetune"]["recipe"]
+    if learning_rate is not None:
+        recipe = dataclasses.replace(get_recipe(recipe_name), learning_rate=learning_rate)
 
     data = os.path.join(out, "data")
     if not os.path.isdir(data):
@@ -349,6 +358,7 @@ def finetune(
             image_size=image_size,
             recipe=recipe,  # None: `train`'s defaults with weights, the command's
             layer_decay=layer_decay,
+            ema_momentum=ema_momentum,
             seed=seed,
             output_dir=os.path.join(out, f"finetune_{seed}"),
             overwrite=True,
@@ -359,8 +369,10 @@ def finetune(
             {
                 "backend": keras.backend.backend(),
                 "seed": seed,
-                "recipe": recipe or "finetune",
+                "recipe": recipe_name,
+                "learning_rate": get_recipe(recipe or recipe_name).learning_rate,
                 "layer_decay": layer_decay,
+                "ema_momentum": ema_momentum,
                 "probe_accuracy": float(np.mean(predicted == truth)),
                 "probe_seconds": round(probe_seconds, 1),
                 "finetune_accuracy": result["metrics"]["test_accuracy"],
@@ -406,6 +418,8 @@ def main(argv=None):
     tuning.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     tuning.add_argument("--recipe", default=None, help="default: the command's")
     tuning.add_argument("--layer-decay", type=float, default=None, help="default: the recipe's")
+    tuning.add_argument("--learning-rate", type=float, default=None, help="default: the recipe's")
+    tuning.add_argument("--ema", type=float, default=None, help="EMA momentum (default: none)")
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
@@ -417,6 +431,8 @@ def main(argv=None):
             seeds=args.seeds,
             recipe=args.recipe,
             layer_decay=args.layer_decay,
+            learning_rate=args.learning_rate,
+            ema_momentum=args.ema,
         )
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))

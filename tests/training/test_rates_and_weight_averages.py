@@ -1,4 +1,4 @@
-"""Layer-wise learning-rate decay: each variable's step at its own share of the rate."""
+"""Layer-wise learning-rate decay and weight averages: what fine-tuning can turn on."""
 
 import keras
 import numpy as np
