@@ -109,31 +109,41 @@ def test_the_commands_take_layer_decay_in_0_to_1(capsys):
 
 
 def test_a_run_with_ema_validates_reports_and_saves_the_averaged_weights(tmp_path):
-    """Keras' `use_ema` through `train`: the model reported is the model saved."""
-    from keras_vit.training import train
-    from tests.training.test_train_command import write_dataset
+    """Keras' `use_ema` in a run's fit: the model validated is the model kept."""
+    import dataclasses
 
-    data = write_dataset(tmp_path / "data", per_class=16)
-    result = train(
-        data,
-        image_size=16,
-        epochs=2,
-        batch_size=8,
-        ema_momentum=0.9,
-        output_dir=str(tmp_path / "run"),
-        verbose=0,
-        log=lambda line: None,
+    import tensorflow as tf
+
+    from keras_vit.training import train
+    from keras_vit.training.run import fit_with_checkpoints
+
+    model = keras_vit.VisionTransformer(
+        input_shape=(8, 8, 3),
+        patch_size=4,
+        hidden_dim=8,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=8,
+        classes=2,
+        classifier_activation=None,
     )
-    saved = keras.saving.load_model(result["paths"]["model.keras"])
-    assert saved.optimizer.use_ema and saved.optimizer.ema_momentum == 0.9
+    recipe = dataclasses.replace(RECIPES["small"], learning_rate=0.05, ema_momentum=0.9)
+    assert "weight average (EMA) 0.9" in str(recipe)
+    recipe.compile(model, total_steps=8, jit_compile=False)
+    assert model.optimizer.use_ema and model.optimizer.ema_momentum == 0.9
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 255, (16, 8, 8, 3)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((images, np.eye(2)[np.arange(16) % 2])).batch(4)
+    history, _ = fit_with_checkpoints(
+        model, data, epochs=2, output_dir=str(tmp_path), validation_data=data, verbose=0
+    )
     # The averaged weights, not the last step's: the optimizer holds both.
     for variable, average in zip(
-        saved.optimizer._trainable_variables, saved.optimizer._model_variables_moving_average
+        model.optimizer._trainable_variables, model.optimizer._model_variables_moving_average
     ):
         np.testing.assert_allclose(variable, average, atol=1e-6)
-    test = keras_vit.data.load(data, "test", image_size=16, batch_size=8).data
-    evaluated = saved.evaluate(test, verbose=0, return_dict=True)
+    evaluated = model.evaluate(data, verbose=0, return_dict=True)
     for name in ("accuracy", "cross_entropy"):
-        assert result["metrics"][f"test_{name}"] == pytest.approx(evaluated[name], rel=1e-5)
+        assert history.history[f"val_{name}"][-1] == pytest.approx(evaluated[name], rel=1e-5)
     with pytest.raises(ValueError, match="Received: ema_momentum=1"):
-        train(data, ema_momentum=1, output_dir=str(tmp_path / "bad"))
+        train("/no/such/folder", ema_momentum=1, output_dir=str(tmp_path / "bad"))
