@@ -29,6 +29,75 @@ class ImageTooLarge(ValueError):
     """An encoded image whose header or size is above the limits."""
 
 
+class TruncatedImage(ValueError):
+    """An encoded image whose data ends before the image does (an interrupted copy)."""
+
+
+_PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+
+
+def _png_complete(stream, size):
+    """Whether a PNG's chunks reach its IEND chunk within the file."""
+    stream.seek(size - len(_PNG_END))
+    if stream.read(len(_PNG_END)) == _PNG_END:
+        return True
+    position = len(_PNG)
+    while position + 8 <= size:  # data after IEND is allowed: walk the chunks
+        stream.seek(position)
+        length, kind = struct.unpack(">I4s", stream.read(8))
+        if kind == b"IEND":
+            return True
+        position += 12 + length  # length, type, data, CRC
+    return False
+
+
+def _jpeg_complete(stream, size):
+    """Whether a JPEG's end-of-image marker follows its first scan's start.
+
+    Skipping the segments before the scan by their lengths skips an EXIF
+    thumbnail (a whole JPEG with its own end marker) too. In the scan's
+    data a 0xFF byte is always stuffed or a restart marker, so an end
+    marker there is the image's end; photos with data after it (motion
+    photos append a video) are complete.
+    """
+    stream.seek(size - 2)
+    if stream.read(2) == b"\xff\xd9":
+        return True
+    position = 2
+    while position + 4 <= size:
+        stream.seek(position)
+        marker, length = struct.unpack(">2sH", stream.read(4))
+        if marker[0] != 0xFF:
+            return False
+        if marker[1] == 0xDA:  # start of scan
+            stream.seek(position + 2 + length)
+            return stream.read(size).find(b"\xff\xd9") >= 0
+        position += 2 + length
+    return False
+
+
+def check_complete(stream, kind, size):
+    """Raises `TruncatedImage` for a PNG, JPEG, WebP or BMP cut short; other kinds pass.
+
+    Each test is certain (no complete file fails it) and reads a few bytes
+    at the file's end, or walks its segment headers when something follows
+    the image's end.
+    """
+    if kind == "png":
+        complete = _png_complete(stream, size)
+    elif kind == "jpeg":
+        complete = _jpeg_complete(stream, size)
+    elif kind in ("webp", "bmp"):
+        # The size each declares in its header: RIFF's after 8 bytes, BMP's (0: unset).
+        stream.seek(4 if kind == "webp" else 2)
+        declared = struct.unpack("<I", stream.read(4))[0] + (8 if kind == "webp" else 0)
+        complete = declared == 0 or declared <= size
+    else:
+        complete = True
+    if not complete:
+        raise TruncatedImage(f"the {kind.upper()} file ends before its image does (truncated)")
+
+
 def _check_limit(name, value, received):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"`{name}` must be a positive int. Received: {name}={received!r}")
@@ -150,6 +219,7 @@ def check_file(path, max_pixels=None, max_bytes=None):
 
     Raises:
         ImageTooLarge: the file or the image it declares is above a limit.
+        TruncatedImage: the file ends before its image does (`check_complete`).
         ValueError: not a readable JPEG/PNG/GIF/BMP/WebP header.
     """
     max_pixels, max_bytes = resolve_limits(max_pixels, max_bytes)
@@ -160,11 +230,12 @@ def check_file(path, max_pixels=None, max_bytes=None):
         )
     with open(path, "rb") as f:
         kind, height, width = header_size(f)
-    if height * width > max_pixels:
-        raise ImageTooLarge(
-            f"the {kind.upper()} declares {width:,} x {height:,} = {width * height:,} pixels, "
-            f"above the limit of {max_pixels:,} (max_pixels); refused before decoding"
-        )
+        if height * width > max_pixels:
+            raise ImageTooLarge(
+                f"the {kind.upper()} declares {width:,} x {height:,} = {width * height:,} "
+                f"pixels, above the limit of {max_pixels:,} (max_pixels); refused before decoding"
+            )
+        check_complete(f, kind, size)
     return height, width
 
 

@@ -481,6 +481,8 @@ def _skip_reason(path, max_pixels, max_bytes):
         image_limits.check_file(path, max_pixels, max_bytes)
     except image_limits.ImageTooLarge:
         return "image(s) above the size limits"
+    except image_limits.TruncatedImage:
+        return "truncated image(s)"
     except (OSError, ValueError):
         return "file(s) that are not JPEG/PNG/GIF/BMP/WebP images"
     return None
@@ -494,10 +496,11 @@ def list_image_folder(directory, max_pixels=None, max_bytes=None):
     """`(paths, labels, class_names, skipped)` of a one-folder-per-class tree.
 
     Files that are not JPEG/PNG/GIF/BMP/WebP images (by their first bytes, not
-    their names), and images whose header declares more than `max_pixels`
-    pixels or whose file has more than `max_bytes` bytes
-    (`keras_vit.data.image_limits`), are skipped and counted in `skipped`
-    (a dict: reason -> count), never passed to the decoder.
+    their names), images whose header declares more than `max_pixels`
+    pixels or whose file has more than `max_bytes` bytes, and images whose
+    file ends before the image does (`keras_vit.data.image_limits`), are
+    skipped and counted in `skipped` (a dict: reason -> count), never passed
+    to the decoder.
     """
     max_pixels, max_bytes = image_limits.resolve_limits(max_pixels, max_bytes)
     if not isinstance(directory, (str, os.PathLike)) or not os.path.isdir(directory):
@@ -569,12 +572,13 @@ def from_folder(
 ):
     """A pipeline over an image folder: `directory/<class name>/<image>`.
 
-    Class names are the sorted sub-folder names. Non-image files, and
-    images above the limits (`max_pixels`, `max_bytes`: see
-    `keras_vit.data.image_limits`, checked from their headers), are skipped
-    with one warning that counts them; images that fail to decode
-    (truncated, corrupt) are dropped by the pipeline with a warning instead
-    of stopping an epoch. A training pipeline keeps its length known (the
+    Class names are the sorted sub-folder names. Non-image files, images
+    above the limits (`max_pixels`, `max_bytes`: see
+    `keras_vit.data.image_limits`, checked from their headers) and
+    truncated ones (`image_limits.check_complete`) are skipped with one
+    warning that counts them; images that still fail to decode (corrupt
+    data) are dropped by the pipeline with a warning instead of stopping an
+    epoch. A training pipeline keeps its length known (the
     images' count: Keras then knows an epoch's steps), the folder's first
     images standing in for any that failed; an evaluation pipeline gives
     exactly the images that decode.

@@ -136,9 +136,14 @@ def write_folder(root):
             encoded = tf.io.encode_png(image) if i % 2 else tf.io.encode_jpeg(image)
             (root / "train" / name / f"{i}.img").write_bytes(encoded.numpy())
     (root / "train" / "cats" / "notes.txt").write_text("not an image")
-    # A file that claims to be a PNG but is cut short: decoding fails.
+    # A PNG cut short after its header: found when the folder is listed.
     png = tf.io.encode_png(np.zeros((20, 24, 3), "uint8")).numpy()
     (root / "train" / "dogs" / "broken.png").write_bytes(png[:30])
+    # A whole PNG whose image data is corrupt: only decoding finds it.
+    corrupt = bytearray(png)
+    start = corrupt.find(b"IDAT") + 8
+    corrupt[start : start + 6] = b"\x00\xff\x13\x37\x00\xff"
+    (root / "train" / "dogs" / "corrupt.png").write_bytes(bytes(corrupt))
 
 
 @pytest.mark.slow
@@ -146,14 +151,16 @@ def test_image_folder_skips_bad_files_with_a_count(tmp_path, caplog):
     write_folder(tmp_path)
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
         ds = vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4, training=True)
-    assert "skipped 1 file(s)" in caplog.text
+    assert "skipped 1 file(s) that are not JPEG/PNG/GIF/BMP/WebP images and 1 truncated" in (
+        caplog.text
+    )
     assert ds.class_names == ("cats", "dogs")
     seen = sum(
         len(y) for _, y in vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4).data
     )
-    assert seen == 12  # the truncated PNG is dropped, not a crash
+    assert seen == 12  # the corrupt PNG is dropped, not a crash
     fit_a_few_steps(ds, 16)
-    # A training pipeline's length stays known (13 images: 3 batches of 4),
+    # A training pipeline's length stays known (13 listed: 3 batches of 4),
     # so that Keras does not report running out of data at each epoch's end.
     assert int(ds.data.cardinality()) == 3
     assert sum(len(y) for _, y in ds.data) == 12
