@@ -239,14 +239,11 @@ def train(
         recipe = dataclasses.replace(
             recipe, patch_dropout_rate=check_rate(patch_dropout_rate, "patch_dropout_rate")
         )
+    # A `Recipe` checks its own fields (a ValueError naming the argument).
     if layer_decay is not None:
-        from keras_vit.training.recipes import check_layer_decay
-
-        recipe = dataclasses.replace(recipe, layer_decay=check_layer_decay(layer_decay))
+        recipe = dataclasses.replace(recipe, layer_decay=layer_decay)
     if ema_momentum is not None:
-        from keras_vit.training.recipes import check_ema_momentum
-
-        recipe = dataclasses.replace(recipe, ema_momentum=check_ema_momentum(ema_momentum))
+        recipe = dataclasses.replace(recipe, ema_momentum=ema_momentum)
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
             "`validate_every` must be None or a positive int. "

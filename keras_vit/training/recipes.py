@@ -98,10 +98,20 @@ def check_ema_momentum(ema_momentum, argument="ema_momentum"):
     return float(ema_momentum)
 
 
-def _ema_options(ema_momentum):
-    if check_ema_momentum(ema_momentum) is None:
-        return {}
-    return {"use_ema": True, "ema_momentum": ema_momentum}
+def _optimizer(replicated, scaled, plain, learning_rate_scales, ema_momentum, **options):
+    """An optimizer of the class the run needs, with its per-variable rates and average.
+
+    `replicated` under a replicated `tf.distribute` strategy (whatever the
+    rates), `scaled` for per-variable rates, else Keras' own `plain` one.
+    """
+    optimizer_class = (
+        replicated if replicated_tensorflow() else scaled if learning_rate_scales else plain
+    )
+    if learning_rate_scales:
+        options["learning_rate_scales"] = learning_rate_scales
+    if check_ema_momentum(ema_momentum) is not None:
+        options.update(use_ema=True, ema_momentum=ema_momentum)
+    return optimizer_class(**options)
 
 
 def layer_decay_scales(model, layer_decay):
@@ -155,7 +165,7 @@ def pretraining_optimizer(
     beta_2=0.999,
     clipnorm=1.0,
     gradient_accumulation_steps=None,
-    layer_decay=1.0,
+    learning_rate_scales=None,
     ema_momentum=None,
 ):
     """The paper's pre-training optimizer: AdamW, decay skipping what it must.
@@ -168,29 +178,24 @@ def pretraining_optimizer(
         clipnorm: float or `None`, global-norm gradient clipping.
         gradient_accumulation_steps: int or `None`: apply the update every
             this many batches, for a larger effective batch.
-        layer_decay: float in `(0, 1]`, the layer-wise rate decay
-            (`layer_decay_scales`); 1: one rate for every variable.
+        learning_rate_scales: `None` (one rate for every variable), or each
+            variable's share of the rate (`layer_decay_scales`).
         ema_momentum: `None`, or a float in `(0, 1)`: the optimizer keeps
             an exponential moving average of the weights (Keras' `use_ema`),
             which `fit` puts into the model at its end.
     """
-    scales = {}
-    if check_layer_decay(layer_decay) < 1:
-        scales = {"learning_rate_scales": layer_decay_scales(model, layer_decay)}
-    adamw = (
-        ReplicatedAdamW
-        if replicated_tensorflow()
-        else (ScaledAdamW if scales else keras.optimizers.AdamW)
-    )
-    optimizer = adamw(
+    optimizer = _optimizer(
+        ReplicatedAdamW,
+        ScaledAdamW,
+        keras.optimizers.AdamW,
+        learning_rate_scales,
+        ema_momentum,
         learning_rate=schedule,
         weight_decay=weight_decay,
         beta_1=beta_1,
         beta_2=beta_2,
         global_clipnorm=clipnorm,
         gradient_accumulation_steps=gradient_accumulation_steps,
-        **scales,
-        **_ema_options(ema_momentum),
     )
     optimizer.exclude_from_weight_decay(var_list=no_weight_decay_variables(model))
     return optimizer
@@ -206,22 +211,18 @@ def finetuning_optimizer(
 ):
     """The paper's fine-tuning optimizer: SGD with momentum, no weight decay.
 
-    `learning_rate_scales`: `None`, or each variable's share of the rate
-    (`layer_decay_scales`); `ema_momentum`: as `pretraining_optimizer`'s.
+    `learning_rate_scales` and `ema_momentum`: as `pretraining_optimizer`'s.
     """
-    scales = {"learning_rate_scales": learning_rate_scales} if learning_rate_scales else {}
-    sgd = (
-        ReplicatedSGD
-        if replicated_tensorflow()
-        else (ScaledSGD if scales else keras.optimizers.SGD)
-    )
-    return sgd(
+    return _optimizer(
+        ReplicatedSGD,
+        ScaledSGD,
+        keras.optimizers.SGD,
+        learning_rate_scales,
+        ema_momentum,
         learning_rate=schedule,
         momentum=momentum,
         global_clipnorm=clipnorm,
         gradient_accumulation_steps=gradient_accumulation_steps,
-        **scales,
-        **_ema_options(ema_momentum),
     )
 
 
@@ -316,25 +317,18 @@ class Recipe:
             warmup_steps=int(round(self.warmup_fraction * total_steps)),
             decay=self.decay,
         )
-        if self.optimizer == "sgd":
-            return finetuning_optimizer(
-                schedule,
-                clipnorm=self.clipnorm,
-                gradient_accumulation_steps=gradient_accumulation_steps,
-                learning_rate_scales=layer_decay_scales(model, self.layer_decay)
-                if self.layer_decay < 1
-                else None,
-                ema_momentum=self.ema_momentum,
-            )
-        return pretraining_optimizer(
-            model,
-            schedule,
-            weight_decay=self.weight_decay,
-            beta_2=self.beta_2,
+        options = dict(
             clipnorm=self.clipnorm,
             gradient_accumulation_steps=gradient_accumulation_steps,
-            layer_decay=self.layer_decay,
+            learning_rate_scales=layer_decay_scales(model, self.layer_decay)
+            if self.layer_decay < 1
+            else None,
             ema_momentum=self.ema_momentum,
+        )
+        if self.optimizer == "sgd":
+            return finetuning_optimizer(schedule, **options)
+        return pretraining_optimizer(
+            model, schedule, weight_decay=self.weight_decay, beta_2=self.beta_2, **options
         )
 
     def compile(self, model, total_steps, gradient_accumulation_steps=None, **kwargs):

@@ -7,6 +7,12 @@ import pytest
 import keras_vit
 from keras_vit.optimizers import ScaledAdamW, ScaledSGD, WarmupDecay
 from keras_vit.training import RECIPES, layer_decay_scales
+from tests.conftest import TINY
+
+
+def tiny_classifier():
+    """The suite's tiny ViT, with logits out."""
+    return keras_vit.VisionTransformer(**TINY, classifier_activation=None)
 
 
 def test_each_block_gets_its_power_of_the_decay_and_the_embedding_the_lowest():
@@ -75,23 +81,14 @@ def test_a_scaled_variable_steps_exactly_as_an_optimizer_of_that_rate(kind):
 def test_a_recipe_with_layer_decay_compiles_trains_and_saves_its_rates(tmp_path):
     import dataclasses
 
-    model = keras_vit.VisionTransformer(
-        input_shape=(8, 8, 3),
-        patch_size=4,
-        hidden_dim=8,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=8,
-        classes=2,
-        classifier_activation=None,
-    )
+    model = tiny_classifier()
     recipe = dataclasses.replace(RECIPES["finetune"], layer_decay=0.5)
     assert "layer-wise rate decay 0.5" in str(recipe)
     recipe.compile(model, total_steps=4, jit_compile=False)
     assert isinstance(model.optimizer, ScaledAdamW)
     embedding = np.array(model.get_layer("patch_embedding").kernel)
-    images = np.random.default_rng(0).uniform(0, 255, (8, 8, 8, 3)).astype("float32")
-    model.fit(images, np.eye(2)[np.arange(8) % 2], batch_size=4, epochs=1, verbose=0)
+    images = np.random.default_rng(0).uniform(0, 255, (8, 16, 16, 3)).astype("float32")
+    model.fit(images, np.eye(5)[np.arange(8) % 5], batch_size=4, epochs=1, verbose=0)
     assert not np.array_equal(embedding, model.get_layer("patch_embedding").kernel)
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras")
@@ -117,23 +114,14 @@ def test_a_run_with_ema_validates_reports_and_saves_the_averaged_weights(tmp_pat
     from keras_vit.training import train
     from keras_vit.training.run import fit_with_checkpoints
 
-    model = keras_vit.VisionTransformer(
-        input_shape=(8, 8, 3),
-        patch_size=4,
-        hidden_dim=8,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=8,
-        classes=2,
-        classifier_activation=None,
-    )
+    model = tiny_classifier()
     recipe = dataclasses.replace(RECIPES["small"], learning_rate=0.05, ema_momentum=0.9)
     assert "weight average (EMA) 0.9" in str(recipe)
     recipe.compile(model, total_steps=8, jit_compile=False)
     assert model.optimizer.use_ema and model.optimizer.ema_momentum == 0.9
     rng = np.random.default_rng(0)
-    images = rng.uniform(0, 255, (16, 8, 8, 3)).astype("float32")
-    data = tf.data.Dataset.from_tensor_slices((images, np.eye(2)[np.arange(16) % 2])).batch(4)
+    images = rng.uniform(0, 255, (16, 16, 16, 3)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((images, np.eye(5)[np.arange(16) % 5])).batch(4)
     history, _ = fit_with_checkpoints(
         model, data, epochs=2, output_dir=str(tmp_path), validation_data=data, verbose=0
     )
