@@ -10,6 +10,7 @@ shuffled and augmented from `seed` (in the same order on every run with
 """
 
 import dataclasses
+import functools
 import logging
 import os
 
@@ -20,6 +21,44 @@ from keras_vit.data import image_limits, orientation
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 logger = logging.getLogger("keras_vit")
+
+
+def graph_function(function):
+    """`function` for `tf.data.Dataset.map`, traced as written (no AutoGraph).
+
+    The pipelines' functions branch with `tf.cond` and `tf.where` already;
+    AutoGraph would re-parse the source of each one and of every function
+    it calls on their first trace in a process (over a second of a short
+    command's start-up), to change nothing.
+    """
+    import tensorflow as tf
+
+    return tf.autograph.experimental.do_not_convert(function)
+
+
+@functools.lru_cache(maxsize=None)
+def file_decoder(max_pixels, max_bytes, channels):
+    """A traced function: an image file's path to its float32 pixels upright, in `channels`.
+
+    One per process and setting, whatever the number of pipelines: each
+    pipeline of a folder (training, evaluation, statistics, every epoch's
+    rebuild) calls it instead of tracing the decoding graph again.
+    `max_pixels` and `max_bytes` are resolved limits (ints), so a later
+    change of the module's defaults makes a new one.
+    """
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec((), tf.string)], autograph=False)
+    def decode_file(path):
+        # Native channels first, then the model's: a grey file stays exact
+        # for a grey model (a round trip through RGB would scale it by 0.9999).
+        # Its limits are checked again: a file may have changed since it was listed.
+        image = decode_upright(tf.io.read_file(path), max_pixels, max_bytes)
+        image = to_channels(tf.cast(image, tf.float32), channels)
+        image.set_shape((None, None, channels))
+        return image
+
+    return decode_file
 
 
 @dataclasses.dataclass
@@ -319,7 +358,7 @@ def make_pipeline(
         if decode is None:
             return data
         count = int(in_order.cardinality())
-        examples = data.map(decode, **parallel).ignore_errors(log_warning=True)
+        examples = data.map(graph_function(decode), **parallel).ignore_errors(log_warning=True)
         if not training or count < 0:
             return examples  # evaluation: exactly the examples that decode
         # Dropping examples leaves the length unknown, which Keras reports at
@@ -328,7 +367,7 @@ def make_pipeline(
         # that failed. (Behind `concatenate`, which opens its first input when
         # it is opened: each epoch's iterator draws its shuffle at once, as
         # a resumed run's replay of the finished epochs expects.)
-        stand_ins = in_order.map(decode, **parallel).ignore_errors().repeat()
+        stand_ins = in_order.map(graph_function(decode), **parallel).ignore_errors().repeat()
         return (
             examples.concatenate(stand_ins)
             .take(count)
@@ -401,15 +440,15 @@ def make_pipeline(
 
     if not per_batch:  # varying sizes: one size per example before batching
         if random_crop:
-            data = counted(data).map(crop_one, **parallel)
+            data = counted(data).map(graph_function(crop_one), **parallel)
         else:
-            data = data.map(view_one, **parallel)
+            data = data.map(graph_function(view_one), **parallel)
     data = data.batch(
         batch_size, drop_remainder=training if drop_remainder is None else drop_remainder
     )
-    data = counted(data).map(finish_batch, **parallel)
+    data = counted(data).map(graph_function(finish_batch), **parallel)
     if training and augmentation is not None:
-        data = data.map(augmentation, **parallel)
+        data = data.map(graph_function(augmentation), **parallel)
     options = tf.data.Options()
     options.deterministic = deterministic
     options.autotune.enabled = autotune
@@ -620,16 +659,10 @@ def from_folder(
             f"{max_bytes:,}",
         )
 
-    channels = kwargs.get("channels", 3)
+    decode_file = file_decoder(max_pixels, max_bytes, kwargs.get("channels", 3))
 
     def decode(path, label):
-        # Native channels first, then the model's: a grey file stays exact
-        # for a grey model (a round trip through RGB would scale it by 0.9999).
-        # Its limits are checked again: a file may have changed since it was listed.
-        image = decode_upright(tf.io.read_file(path), max_pixels, max_bytes)
-        image = to_channels(tf.cast(image, tf.float32), channels)
-        image.set_shape((None, None, channels))
-        return image, label
+        return decode_file(path), label
 
     # Decoded after the shuffle: its buffer holds the file names, not the images.
     dataset = tf.data.Dataset.from_tensor_slices((paths, labels))

@@ -149,12 +149,15 @@ def serving_module(
     @tf.function(
         input_signature=[
             tf.TensorSpec((None, model_height, model_width, channels), tf.float32, name="images")
-        ]
+        ],
+        autograph=False,
     )
     def serving_default(images):
         return outputs(images)
 
-    @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="image_bytes")])
+    @tf.function(
+        input_signature=[tf.TensorSpec((None,), tf.string, name="image_bytes")], autograph=False
+    )
     def serving_bytes(image_bytes):
         images = tf.map_fn(
             lambda encoded: decode_for_eval(

@@ -132,6 +132,8 @@ def _with_seeds(data, seed, transform):
     """Maps batches with a fresh stateless seed each, replayed by `seed`."""
     import tensorflow as tf
 
+    from keras_vit.data.pipelines import graph_function
+
     # One random draw per batch; a new stream each epoch (like a
     # reshuffling shuffle), so a resumed run that re-creates as many
     # iterators as epochs were done gets the same masks as an unbroken one.
@@ -143,7 +145,7 @@ def _with_seeds(data, seed, transform):
 
     return (
         tf.data.Dataset.zip(data, draws)
-        .map(apply, num_parallel_calls=2, deterministic=True)
+        .map(graph_function(apply), num_parallel_calls=2, deterministic=True)
         .prefetch(2)
     )
 
