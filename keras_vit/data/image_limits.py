@@ -76,17 +76,59 @@ def _jpeg_complete(stream, size):
     return False
 
 
+def _gif_complete(stream, size):
+    """Whether a GIF's first image ends within the file.
+
+    The decoder needs the first frame only (a cut in a later frame of an
+    animation, or a missing trailer, still decodes). A GIF declares no
+    length: its blocks, and their data in sub-blocks of at most 255 bytes,
+    are walked to the end of the first image. A block of an unknown kind
+    ends the walk as complete (the decoder, not this test, refuses it).
+    """
+    stream.seek(0)
+    data = stream.read(size)
+
+    def color_table(flags):
+        return 3 << ((flags & 7) + 1) if flags & 0x80 else 0
+
+    def after_sub_blocks(position):  # None: the file ends inside them
+        while position < size:
+            length = data[position]
+            position += 1 + length
+            if length == 0:
+                return position
+        return None
+
+    if size < 13:
+        return False
+    position = 13 + color_table(data[10])  # header, screen descriptor, global colours
+    while position is not None and position < size:
+        block = data[position]
+        if block == 0x21:  # extension: label, then sub-blocks
+            position = after_sub_blocks(position + 2)
+        elif block == 0x2C:  # image: descriptor, local colours, LZW code size, sub-blocks
+            if position + 10 > size:
+                return False
+            return after_sub_blocks(position + 11 + color_table(data[position + 9])) is not None
+        else:
+            return True
+    return False
+
+
 def check_complete(stream, kind, size):
-    """Raises `TruncatedImage` for a PNG, JPEG, WebP or BMP cut short; other kinds pass.
+    """Raises `TruncatedImage` for a PNG, JPEG, GIF, WebP or BMP file cut short.
 
     Each test is certain (no complete file fails it) and reads a few bytes
     at the file's end, or walks its segment headers when something follows
-    the image's end.
+    the image's end (a GIF's blocks are always walked to its first image's
+    end: it has no end marker in a fixed place). Other kinds pass.
     """
     if kind == "png":
         complete = _png_complete(stream, size)
     elif kind == "jpeg":
         complete = _jpeg_complete(stream, size)
+    elif kind == "gif":
+        complete = _gif_complete(stream, size)
     elif kind in ("webp", "bmp"):
         # The size each declares in its header: RIFF's after 8 bytes, BMP's (0: unset).
         stream.seek(4 if kind == "webp" else 2)

@@ -54,7 +54,7 @@ def small_images():
 
 
 @pytest.mark.backend_independent  # file bytes alone
-@pytest.mark.parametrize("kind", ["PNG", "JPEG", "WEBP", "BMP"])
+@pytest.mark.parametrize("kind", ["PNG", "JPEG", "WEBP", "BMP", "GIF"])
 def test_a_truncated_image_is_found_from_its_bytes_and_a_complete_one_passes(tmp_path, kind):
     image = np.random.default_rng(0).integers(0, 256, (40, 50, 3)).astype("uint8")
     encoded = io.BytesIO()
@@ -67,6 +67,19 @@ def test_a_truncated_image_is_found_from_its_bytes_and_a_complete_one_passes(tmp
         "cut": whole[: len(whole) * 2 // 3],
         "cut_early": whole[: len(whole) // 4],
     }
+    if kind == "GIF":
+        # The decoder needs the first frame only: an animation cut in a later
+        # frame (here after a long comment), or without its trailer, decodes.
+        frames = [Image.fromarray(image), Image.fromarray(image[::-1])]
+        animation = io.BytesIO()
+        frames[0].save(animation, kind, save_all=True, append_images=frames[1:], comment=b"x" * 600)
+        animation = animation.getvalue()
+        cases["no_trailer"] = whole[:-1]
+        cases["animation_cut_in_frame_2"] = animation[: len(animation) - 100]
+        second_frame_cut = tf.io.decode_image(
+            cases["animation_cut_in_frame_2"], expand_animations=False
+        )
+        assert second_frame_cut.shape == (40, 50, 3)
     for name, data in cases.items():
         path = tmp_path / f"{name}.{kind.lower()}"
         path.write_bytes(data)
