@@ -25,7 +25,8 @@ demo: setup
 # cores serve three suites in about half the time of one after another;
 # PARALLEL=0 runs them in turn, with live output), prints each suite's log,
 # then fails if any failed. Side by side, each suite's torch / OpenMP threads
-# are one (more only spin against the other suites). The backends in SPLIT
+# and TensorFlow's threads within an op are one (more only spin against the
+# other suites: a TensorFlow suite spent 5% more CPU). The backends in SPLIT
 # run their suite as two processes, whole test modules dealt between them
 # (JAX's is the longest: alone at the end, it would leave a core idle; more
 # processes than four made the whole slower).
@@ -49,7 +50,7 @@ test: setup lint
 	      KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS); \
 	      echo $$? > .test-logs/$$suite.rc; \
 	    else \
-	      ( OMP_NUM_THREADS=1 KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend \
+	      ( OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend \
 	          $(BIN)/python -m pytest $(PYTEST_ARGS) > .test-logs/$$suite.log 2>&1; \
 	        echo $$? > .test-logs/$$suite.rc; \
 	        echo "=== $$suite finished: exit $$(cat .test-logs/$$suite.rc) after $$(( $$(date +%s) - start )) s" ) & \

@@ -10,7 +10,10 @@ import keras_vit
 from keras_vit.export import graph
 from tests.conftest import TINY
 
-pytestmark = pytest.mark.slow
+# The worker's life (one child, its errors, its replacement) is the same
+# whichever backend asks: one suite runs it (each backend's exports through
+# the child are tests/export/test_export.py's).
+pytestmark = [pytest.mark.slow, pytest.mark.backend_independent]
 
 
 def test_one_child_serves_every_export_of_a_process_and_outlives_their_errors(
