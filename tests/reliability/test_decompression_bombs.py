@@ -149,6 +149,22 @@ def test_the_graph_check_refuses_bombs_and_passes_ordinary_images():
     ).shape == (8, 8, 3)
 
 
+@pytest.mark.backend_independent  # keras_vit.data: tf.data alone
+def test_a_folders_traced_decoder_is_shared_per_setting_and_keeps_each_settings_limits(tmp_path):
+    # Every pipeline of a process calls one traced decoder per setting; a
+    # pipeline with other limits (or channels) gets its own, checking its limits.
+    path = tmp_path / "image.png"
+    path.write_bytes(small_images()["png"])  # 13 x 21 = 273 pixels
+    bytes_limit = image_limits.MAX_BYTES
+    assert vit_pipelines.file_decoder(273, bytes_limit, 3) is vit_pipelines.file_decoder(
+        273, bytes_limit, 3
+    )
+    assert vit_pipelines.file_decoder(273, bytes_limit, 3)(str(path)).shape == (13, 21, 3)
+    assert vit_pipelines.file_decoder(273, bytes_limit, 1)(str(path)).shape == (13, 21, 1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="272"):
+        vit_pipelines.file_decoder(272, bytes_limit, 3)(str(path))
+
+
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, "big"])
 @pytest.mark.backend_independent  # keras_vit.data: tf.data alone
 def test_bad_limits_are_refused_by_name(value):
