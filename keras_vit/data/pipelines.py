@@ -358,7 +358,8 @@ def make_pipeline(
         if decode is None:
             return data
         count = int(in_order.cardinality())
-        examples = data.map(graph_function(decode), **parallel).ignore_errors(log_warning=True)
+        decode_one = graph_function(decode)
+        examples = data.map(decode_one, **parallel).ignore_errors(log_warning=True)
         if not training or count < 0:
             return examples  # evaluation: exactly the examples that decode
         # Dropping examples leaves the length unknown, which Keras reports at
@@ -367,7 +368,7 @@ def make_pipeline(
         # that failed. (Behind `concatenate`, which opens its first input when
         # it is opened: each epoch's iterator draws its shuffle at once, as
         # a resumed run's replay of the finished epochs expects.)
-        stand_ins = in_order.map(graph_function(decode), **parallel).ignore_errors().repeat()
+        stand_ins = in_order.map(decode_one, **parallel).ignore_errors().repeat()
         return (
             examples.concatenate(stand_ins)
             .take(count)
