@@ -22,6 +22,17 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")
 
 logger = logging.getLogger("keras_vit")
 
+# What a folder's warnings have said in this process: a command builds
+# several pipelines over one folder (training, evaluation, statistics, each
+# resume), and each thing is said once.
+_said = set()
+
+
+def _warn_once(message):
+    if message not in _said:
+        _said.add(message)
+        logger.warning(message)
+
 
 def graph_function(function):
     """`function` for `tf.data.Dataset.map`, traced as written (no AutoGraph).
@@ -268,6 +279,7 @@ def make_pipeline(
     shard=None,
     limit=None,
     decode=None,
+    after_decoding=None,
     deterministic=False,
     autotune=True,
 ):
@@ -311,7 +323,11 @@ def make_pipeline(
             label)` for examples that are not images yet (a folder's file
             names): it runs after the shuffle, so the shuffle buffer holds
             names rather than images (unless `cache`, which keeps the
-            decoded images); examples it fails on are dropped with a warning.
+            decoded images); examples it fails on are dropped (with
+            tf.data's warning, unless `after_decoding`).
+        after_decoding: `None`, or a function of no arguments, called (in
+            Python) each time a pass over the decoded examples ends, e.g. to
+            report the examples that `decode` failed on.
         deterministic: bool, whether training batches come in the same
             order on every run of a `seed` (`keras-vit train --deterministic`:
             runs and resumes bit for bit); otherwise parallel steps may hand
@@ -359,7 +375,11 @@ def make_pipeline(
             return data
         count = int(in_order.cardinality())
         decode_one = graph_function(decode)
-        examples = data.map(decode_one, **parallel).ignore_errors(log_warning=True)
+        examples = data.map(decode_one, **parallel).ignore_errors(
+            log_warning=after_decoding is None
+        )
+        if after_decoding is not None:
+            examples = examples.concatenate(_calling(after_decoding, examples.element_spec))
         if not training or count < 0:
             return examples  # evaluation: exactly the examples that decode
         # Dropping examples leaves the length unknown, which Keras reports at
@@ -528,6 +548,69 @@ def _skip_reason(path, max_pixels, max_bytes):
     return None
 
 
+def _calling(function, element_spec):
+    """A dataset of no elements (of `element_spec`) that calls `function` when reached.
+
+    A `py_function` rather than a generator: tf.data serialises a pipeline
+    to optimise it, which a generator would prevent for the whole pipeline.
+    """
+    import tensorflow as tf
+
+    def call(_):
+        return tf.py_function(lambda: function() or False, [], tf.bool)
+
+    def nothing(_):  # the structure only: no element gets here
+        return tf.nest.map_structure(
+            lambda spec: tf.zeros([size or 0 for size in spec.shape], spec.dtype), element_spec
+        )
+
+    return tf.data.Dataset.from_tensors(0).map(call).filter(lambda kept: kept).map(nothing)
+
+
+class _DecodeFailures:
+    """Which of a folder's listed files its pipeline could not decode, each named once.
+
+    Two flags per file, set in the pipeline's graph: tried before decoding,
+    decoded after. When a pass over the decoded examples ends (training
+    reaches it at the end of its first epoch that meets a failure), the
+    files tried and not decoded are logged in one warning; a file is named
+    once per process, however many epochs and pipelines meet it.
+    """
+
+    def __init__(self, directory, paths):
+        import tensorflow as tf
+
+        self.directory, self.paths = directory, paths
+        self.tried = tf.Variable(tf.zeros(len(paths), tf.bool), trainable=False)
+        self.decoded = tf.Variable(tf.zeros(len(paths), tf.bool), trainable=False)
+
+    def decoding(self, decode_file):
+        """`decode_file` of a path, as a function of `((index, path), label)`."""
+        import tensorflow as tf
+
+        def decode(example, label):
+            index, path = example
+            with tf.control_dependencies([self.tried[index].assign(True)]):
+                image = decode_file(path)
+            with tf.control_dependencies([self.decoded[index].assign(tf.size(image) >= 0)]):
+                return tf.identity(image), label
+
+        return decode
+
+    def report(self):
+        failed = np.flatnonzero(self.tried.numpy() & ~self.decoded.numpy())
+        new = [self.paths[i] for i in failed if ("undecodable", self.paths[i]) not in _said]
+        if not new:
+            return
+        _said.update(("undecodable", path) for path in new)
+        names = [os.path.relpath(path, self.directory) for path in new]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        _warn_once(
+            f"{self.directory}: skipped {len(new)} image(s) that could not be decoded "
+            f"(corrupt data): {shown}."
+        )
+
+
 def _describe_skipped(skipped):
     return " and ".join(f"{count} {reason}" for reason, count in sorted(skipped.items()))
 
@@ -617,10 +700,11 @@ def from_folder(
     `keras_vit.data.image_limits`, checked from their headers) and
     truncated ones (`image_limits.check_complete`) are skipped with one
     warning that counts them; images that still fail to decode (corrupt
-    data) are dropped by the pipeline with a warning instead of stopping an
-    epoch. A training pipeline keeps its length known (the
-    images' count: Keras then knows an epoch's steps), the folder's first
-    images standing in for any that failed; an evaluation pipeline gives
+    data) are dropped by the pipeline instead of stopping an epoch, and
+    named in a second warning when the first pass that meets them ends. A
+    training pipeline keeps its length known (the images' count: Keras then
+    knows an epoch's steps), the folder's first images standing in for any
+    that failed; an evaluation pipeline gives
     exactly the images that decode.
 
     Args:
@@ -652,23 +736,22 @@ def from_folder(
         chosen = held_out_split(labels, validation_split)[subset == "validation"]
         paths, labels = [paths[i] for i in chosen], labels[chosen]
     if skipped:
-        logger.warning(
-            "%s: skipped %s (limits: %s pixels, %s bytes).",
-            directory,
-            _describe_skipped(skipped),
-            f"{max_pixels:,}",
-            f"{max_bytes:,}",
+        _warn_once(
+            f"{directory}: skipped {_describe_skipped(skipped)} "
+            f"(limits: {max_pixels:,} pixels, {max_bytes:,} bytes)."
         )
 
-    decode_file = file_decoder(max_pixels, max_bytes, kwargs.get("channels", 3))
-
-    def decode(path, label):
-        return decode_file(path), label
-
+    failures = _DecodeFailures(directory, paths)
+    decode = failures.decoding(file_decoder(max_pixels, max_bytes, kwargs.get("channels", 3)))
     # Decoded after the shuffle: its buffer holds the file names, not the images.
-    dataset = tf.data.Dataset.from_tensor_slices((paths, labels))
+    dataset = tf.data.Dataset.from_tensor_slices(((np.arange(len(paths)), paths), labels))
     data = make_pipeline(
-        dataset, len(class_names), shuffle_buffer=len(paths), decode=decode, **kwargs
+        dataset,
+        len(class_names),
+        shuffle_buffer=len(paths),
+        decode=decode,
+        after_decoding=failures.report,
+        **kwargs,
     )
     return Dataset(data, class_names, limited(len(paths), kwargs.get("limit")))
 

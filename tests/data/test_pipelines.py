@@ -147,31 +147,43 @@ def write_folder(root):
 
 
 @pytest.mark.slow
-def test_image_folder_skips_bad_files_with_a_count(tmp_path, caplog):
+def test_image_folder_skips_bad_files_with_a_count_and_names_the_undecodable(tmp_path, caplog):
     write_folder(tmp_path)
+
+    def warnings_about(text):
+        return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+    undecodable = f"{tmp_path / 'train'}: skipped 1 image(s) that could not be decoded " + (
+        f"(corrupt data): {os.path.join('dogs', 'corrupt.png')}."
+    )
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
         ds = vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4, training=True)
-    assert "skipped 1 file(s) that are not JPEG/PNG/GIF/BMP/WebP images and 1 truncated" in (
-        caplog.text
-    )
-    assert ds.class_names == ("cats", "dogs")
-    seen = sum(
-        len(y) for _, y in vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4).data
-    )
-    assert seen == 12  # the corrupt PNG is dropped, not a crash
-    fit_a_few_steps(ds, 16)
-    # A training pipeline's length stays known (13 listed: 3 batches of 4),
-    # so that Keras does not report running out of data at each epoch's end.
-    assert int(ds.data.cardinality()) == 3
-    assert sum(len(y) for _, y in ds.data) == 12
-    model = keras.Sequential(
-        [keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(2)]
-    )
-    model.compile("sgd", keras.losses.CategoricalCrossentropy(from_logits=True))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.fit(ds.data, epochs=2, verbose=0, shuffle=False)
-    assert not [w for w in caught if "ran out of data" in str(w.message)]
+        assert "skipped 1 file(s) that are not JPEG/PNG/GIF/BMP/WebP images and 1 truncated" in (
+            caplog.text
+        )
+        assert not warnings_about("could not be decoded")  # not known before decoding
+        assert ds.class_names == ("cats", "dogs")
+        evaluation = vit_data.load(str(tmp_path), "train", image_size=16, batch_size=4)
+        for _ in range(2):
+            seen = sum(len(y) for _, y in evaluation.data)
+            assert seen == 12  # the corrupt PNG is dropped, not a crash
+        assert warnings_about("could not be decoded") == [undecodable]  # once, at its pass's end
+        fit_a_few_steps(ds, 16)
+        # A training pipeline's length stays known (13 listed: 3 batches of 4),
+        # so that Keras does not report running out of data at each epoch's end.
+        assert int(ds.data.cardinality()) == 3
+        assert sum(len(y) for _, y in ds.data) == 12
+        model = keras.Sequential(
+            [keras.Input((16, 16, 3)), keras.layers.Flatten(), keras.layers.Dense(2)]
+        )
+        model.compile("sgd", keras.losses.CategoricalCrossentropy(from_logits=True))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(ds.data, epochs=2, verbose=0, shuffle=False)
+        assert not [w for w in caught if "ran out of data" in str(w.message)]
+    # Said once in the process, whatever the pipelines and passes over the folder.
+    assert warnings_about("could not be decoded") == [undecodable]
+    assert len(warnings_about("that are not JPEG/PNG/GIF/BMP/WebP images")) == 1
 
 
 @pytest.mark.backend_independent  # tf.data alone
