@@ -92,6 +92,12 @@ def _add_training_options(parser):
         "MOMENTUM in (0, 1) its weight at each step, e.g. 0.99 (default: the recipe's, "
         "none for every recipe)",
     )
+    parser.add_argument(
+        "--remat",
+        action="store_true",
+        help="recompute each block's activations in the backward pass instead of keeping "
+        "them (gradient checkpointing): less memory per step for about a third more compute",
+    )
 
 
 def run(args):
@@ -121,6 +127,7 @@ def run(args):
             patch_dropout_rate=args.patch_dropout,
             layer_decay=args.layer_decay,
             ema_momentum=args.ema,
+            remat=args.remat,
             validate_every=args.validate_every,
             deterministic=args.deterministic,
             validation_split=args.validation_split,

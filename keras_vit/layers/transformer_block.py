@@ -1,5 +1,7 @@
 """The pre-norm Transformer encoder block of ViT."""
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -43,6 +45,12 @@ class TransformerBlock(keras.layers.Layer):
         mlp_bias_initializer: initializer of the MLP biases. Defaults to
             `RandomNormal(stddev=1e-6)`, as in the reference.
         seed: int, seed of the dropout and stochastic depth draws.
+        remat: bool, whether training recomputes the block's activations in
+            the backward pass instead of keeping them (gradient
+            checkpointing, `keras.remat`: less memory for about a third
+            more compute). The gradients are the same: the random draws of
+            dropout and stochastic depth are made once per step, outside
+            the recomputed function, and replayed in it.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -75,6 +83,7 @@ class TransformerBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         mlp_bias_initializer=None,
         seed=None,
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -100,6 +109,9 @@ class TransformerBlock(keras.layers.Layer):
             mlp_bias_initializer or keras.initializers.RandomNormal(stddev=1e-6)
         )
         self.seed = seed
+        if not isinstance(remat, bool):
+            raise TypeError(f"`remat` must be a bool. Received: remat={remat!r}")
+        self.remat = remat
 
         def sublayer_seed(offset):
             return None if seed is None else seed + offset
@@ -171,7 +183,31 @@ class TransformerBlock(keras.layers.Layer):
             branch = scale(branch)
         return self.drop_path(branch, training=training)
 
+    def _random_draws(self):
+        """`(seed generator, draws)` of one training call, as `_forward` makes them."""
+        uses = (  # (Keras' Dropout has a seed generator only when its rate is not 0.)
+            (self.attention, self.attention_dropout_rate, 1),
+            (self.dropout, self.dropout_rate, 3),
+            (self.drop_path, self.drop_path_rate, 2),
+        )
+        return [(layer.seed_generator, count) for layer, rate, count in uses if rate]
+
     def call(self, inputs, training=None, return_attention_scores=False):
+        if not (self.remat and training) or return_attention_scores:
+            return self._forward(inputs, training, return_attention_scores)
+        # The seeds are drawn here, once: a recomputation that drew its own
+        # would drop other units than the forward pass did (TensorFlow and
+        # PyTorch run the function again), or leak the seeds' new state out
+        # of the recomputed function (JAX traces it once).
+        drawn = [(g, [g.next() for _ in range(count)]) for g, count in self._random_draws()]
+
+        def forward(tokens):
+            with _replaying(drawn):
+                return self._forward(tokens, True, False)
+
+        return keras.remat(forward)(inputs)
+
+    def _forward(self, inputs, training, return_attention_scores):
         x = self.attention_norm(inputs)
         x = self.attention(x, training=training, return_attention_scores=return_attention_scores)
         if return_attention_scores:
@@ -216,6 +252,20 @@ class TransformerBlock(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "mlp_bias_initializer": keras.initializers.serialize(self.mlp_bias_initializer),
                 "seed": self.seed,
+                "remat": self.remat,
             }
         )
         return config
+
+
+@contextlib.contextmanager
+def _replaying(drawn):
+    """Each seed generator of `drawn` gives its drawn seeds, in order, instead of new ones."""
+    for generator, seeds in drawn:
+        queue = list(seeds)
+        generator.next = lambda ordered=True, queue=queue: queue.pop(0)
+    try:
+        yield
+    finally:
+        for generator, _ in drawn:
+            del generator.next

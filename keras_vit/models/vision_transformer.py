@@ -404,6 +404,11 @@ class VisionTransformer(keras.Model):
             time: `"bicubic"` (PyTorch's, as timm and Hugging Face),
             `"bicubic_antialias"` (DINOv2 with registers) or `"bilinear"`.
         seed: int or `None`, seed of dropout and stochastic depth.
+        remat: bool, whether training recomputes each block's activations
+            in the backward pass instead of keeping them (gradient
+            checkpointing: a training step holds one block's activations
+            instead of all of them, for about a third more compute); the
+            gradients are the same. Inference is unchanged.
         name: str, the model's name.
         trainable: bool, whether the model's weights are trained.
         dtype: `None` (the global dtype policy) or a dtype policy (e.g.
@@ -470,6 +475,7 @@ class VisionTransformer(keras.Model):
         base_image_size=_FROM_WEIGHTS["base_image_size"],
         resample_method=_FROM_WEIGHTS["resample_method"],
         seed=None,
+        remat=False,
         name="vision_transformer",
         trainable=True,
         dtype=None,
@@ -673,6 +679,8 @@ def _plan(arguments):
     input_shape = channels_last(a["input_shape"], a["data_format"])
     dynamic = None in input_shape[:2]
     vit_layers.patch_dropout.check_rate(a["patch_dropout_rate"], "patch_dropout_rate")
+    if not isinstance(a["remat"], bool):
+        raise TypeError(f"`remat` must be a bool. Received: remat={a['remat']!r}")
     if a["patch_dropout_rate"] and dynamic:
         raise ValueError(
             "patch_dropout_rate needs a fixed input size; a model of run-time "
@@ -809,6 +817,7 @@ def _encode(tokens, arguments):
             approximate_gelu=a["approximate_gelu"],
             layer_norm_epsilon=a["layer_norm_epsilon"],
             seed=_sublayer_seed(a, 10 * (index + 1)),
+            remat=a["remat"],
             name=f"encoderblock_{index}",
         )(tokens)
     return vit_layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="encoder_norm")(

@@ -124,6 +124,7 @@ def train(
     patch_dropout_rate=None,
     layer_decay=None,
     ema_momentum=None,
+    remat=False,
     validate_every=None,
     deterministic=False,
     validation_split=None,
@@ -185,6 +186,9 @@ def train(
             run validates, reports and saves an exponential moving average
             of the weights (Keras' `use_ema`; the checkpoints keep the
             trained weights and the average).
+        remat: bool, recompute each block's activations in the backward
+            pass (`VisionTransformer(remat=True)`): less memory per step,
+            the same gradients.
         validate_every: evaluate on the test split every this many epochs
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics.
@@ -233,6 +237,8 @@ def train(
     )
     recipe = run.recipe
     check_limit(limit)
+    if not isinstance(remat, bool):
+        raise TypeError(f"`remat` must be a bool. Received: remat={remat!r}")
     if patch_dropout_rate is not None:
         from keras_vit.layers.patch_dropout import check_rate
 
@@ -297,6 +303,7 @@ def train(
             "patch_dropout_rate": patch_dropout_rate,
             "layer_decay": layer_decay,
             "ema_momentum": ema_momentum,
+            "remat": remat,
         },
         output_dir=None
         if plan.is_chief
@@ -345,6 +352,7 @@ def train(
         dropout_rate=recipe.dropout_rate,
         drop_path_rate=recipe.drop_path_rate,
         patch_dropout_rate=recipe.patch_dropout_rate,
+        remat=remat,
         seed=seed,
         name="vit",
     )

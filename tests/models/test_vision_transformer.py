@@ -255,6 +255,30 @@ def test_model_config_round_trips(images):
     )
 
 
+def test_a_remat_model_trains_to_the_plain_models_weights_and_keeps_the_setting(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (8, 16, 16, 3)).astype("float32")
+    y = np.arange(8) % TINY["classes"]
+    trained = []
+    for remat in (False, True):
+        keras.utils.set_random_seed(0)
+        model = keras_vit.VisionTransformer(
+            **TINY, dropout_rate=0.1, drop_path_rate=0.2, seed=3, remat=remat
+        )
+        model.compile(keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy")
+        model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+        trained.append(model)
+    for plain, recomputed in zip(*(m.get_weights() for m in trained)):
+        np.testing.assert_allclose(recomputed, plain, rtol=1e-4, atol=1e-5)
+    path = str(tmp_path / "remat.keras")
+    trained[1].save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config()["remat"] is True
+    assert loaded.get_layer("encoderblock_1").remat is True
+    with pytest.raises(TypeError, match="remat='no'"):
+        keras_vit.ViTB16(remat="no")
+
+
 def test_distillation_token_model_averages_its_two_heads(images):
     model = randomize_weights(
         keras_vit.VisionTransformer(**TINY, distillation_token=True, classifier_activation=None)

@@ -114,16 +114,19 @@ def test_train_writes_the_run_and_evaluate_predict_use_it(
                 "8",
                 "--output-dir",
                 tuned,
+                "--remat",
             ]
         )
         == 0
     )
     assert "test accuracy:" in capsys.readouterr().out
     assert [read_run(d)["job"] for d in (out, tuned)] == ["train", "finetune"]
+    assert [read_run(d)["remat"] for d in (out, tuned)] == [False, True]
     import keras_vit
 
     tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))
     assert tuned_model.input_shape == (None, 24, 24, 3)
+    assert tuned_model.get_layer("encoderblock_0").remat  # trained with recomputation
     # The default stem halves 24 px three times: a 3x3 grid.
     assert tuned_model.get_layer("position_embedding").grid_size == (3, 3)
     stem = tuned_model.get_layer("stem")
