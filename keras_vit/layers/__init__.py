@@ -18,6 +18,7 @@ from keras_vit.layers.position_embedding import (
 )
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.stochastic_depth import StochasticDepth
+from keras_vit.layers.token_merging import TokenMergingBlock, bipartite_merge
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.token_selection import SelectTokens
 from keras_vit.layers.transformer_block import TransformerBlock
@@ -38,8 +39,10 @@ __all__ = [
     "RestoreMaskedTokens",
     "SelectTokens",
     "StochasticDepth",
+    "TokenMergingBlock",
     "TokenPooling",
     "TransformerBlock",
+    "bipartite_merge",
     "patch_grid",
     "resample_position_embeddings",
     "sincos_2d_position_embeddings",

@@ -171,6 +171,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        query, key, value = self.project(inputs)
+        use_dropout = bool(training) and self.dropout > 0
+        explicit = return_attention_scores or use_dropout
+        if explicit or not (fast_kernels_enabled() and fused_attention_kernel_available()):
+            context, scores = self._explicit_attention(
+                query, key, value, use_dropout, full_precision=return_attention_scores
+            )
+        else:
+            context = fused_attention(query, key, value)
+        outputs = self.combine(context)
+        if return_attention_scores:
+            return outputs, scores
+        return outputs
+
+    def project(self, inputs):
+        """The query, key and value of `inputs`, each `(batch, tokens, heads, head_dim)`."""
         num_tokens = ops.shape(inputs)[1]
         # Projections run on (batch * tokens, width) matrices: TensorFlow
         # then runs a oneDNN inner product with the bias fused in; on 3-D
@@ -183,30 +199,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             qkv = qkv + ops.reshape(self.qkv_bias, (-1,))
         # An even split of the last axis (not indexing a 5-D tensor) keeps
         # the graph inside one XNNPACK partition when converted to TFLite.
-        query, key, value = (
+        return tuple(
             ops.reshape(part, (-1, num_tokens, self.num_heads, self.head_dim))
             for part in ops.split(qkv, 3, axis=-1)
         )
-        use_dropout = bool(training) and self.dropout > 0
-        explicit = return_attention_scores or use_dropout
-        if explicit or not (fast_kernels_enabled() and fused_attention_kernel_available()):
-            context, scores = self._explicit_attention(
-                query, key, value, use_dropout, full_precision=return_attention_scores
-            )
-        else:
-            context = fused_attention(query, key, value)
+
+    def combine(self, context):
+        """The output projection of the heads' `context`, `(batch, tokens, heads, head_dim)`."""
+        num_tokens = ops.shape(context)[1]
         outputs = ops.matmul(
             ops.reshape(context, (-1, self.hidden_dim)),
             ops.reshape(self.out_kernel, (self.hidden_dim, self.hidden_dim)),
         )
         if self.use_bias:
             outputs = outputs + self.out_bias
-        outputs = ops.reshape(outputs, (-1, num_tokens, self.hidden_dim))
-        if return_attention_scores:
-            return outputs, scores
-        return outputs
+        return ops.reshape(outputs, (-1, num_tokens, self.hidden_dim))
 
-    def _explicit_attention(self, query, key, value, use_dropout, full_precision):
+    def _explicit_attention(self, query, key, value, use_dropout, full_precision, key_bias=None):
         """Attention as two batched matmuls over heads; also the probabilities.
 
         Takes and returns `(batch, tokens, heads, head_dim)`; the
@@ -214,13 +223,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         scaled before the product, as in the reference (Flax). With
         `full_precision`, the logits are computed in float32 even under
         mixed precision (for returned scores); otherwise in the compute
-        dtype and the softmax in float32, as the fused op does.
+        dtype and the softmax in float32, as the fused op does. `key_bias`
+        (`(batch, keys)`, float32) is added to the logits of every query.
         """
         if full_precision:
             query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
         query = ops.transpose(query * self.head_dim**-0.5, (0, 2, 1, 3))
-        logits = ops.matmul(query, ops.transpose(key, (0, 2, 3, 1)))
-        scores = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        logits = ops.cast(ops.matmul(query, ops.transpose(key, (0, 2, 3, 1))), "float32")
+        if key_bias is not None:  # (batch, keys): added to every head's and query's logits
+            logits = logits + key_bias[:, None, None, :]
+        scores = ops.softmax(logits, axis=-1)
         probabilities = scores
         if use_dropout:
             probabilities = keras.random.dropout(scores, self.dropout, seed=self.seed_generator)

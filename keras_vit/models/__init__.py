@@ -2,6 +2,7 @@
 
 from keras_vit.models.checkpoint import checkpoint_architecture, from_checkpoint
 from keras_vit.models.preprocessing import preprocess_input
+from keras_vit.models.token_merging import largest_merge, merge_tokens
 from keras_vit.models.variants import (
     PUBLISHED,
     SMALL_MODELS,

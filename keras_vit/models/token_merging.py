@@ -1,0 +1,108 @@
+"""A trained ViT with fewer tokens in each block: token merging at inference."""
+
+import keras
+
+from keras_vit.layers.token_merging import TokenMergingBlock
+from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.layers.transformer_block import TransformerBlock
+from keras_vit.weights import encoder_blocks
+
+
+def largest_merge(num_patches, num_blocks):
+    """The largest `r` that every one of `num_blocks` blocks can merge from `num_patches`.
+
+    Each block merges at most half of the patch tokens it gets (one set of
+    the bipartite matching into the other): `r <= (num_patches - i * r) // 2`
+    for block `i`, the last one binding.
+    """
+    r = num_patches // 2
+    while r and r > (num_patches - (num_blocks - 1) * r) // 2:
+        r -= 1
+    return r
+
+
+def merge_tokens(model, r):
+    """`model` with `r` pairs of patch tokens merged in each block (ToMe).
+
+    Token merging (Bolya et al., ICLR 2023) needs no training: each block
+    averages its `r` most similar pairs of patch tokens after its
+    attention (`keras_vit.layers.TokenMergingBlock`), so a model of `L`
+    blocks ends with `L * r` fewer tokens and each block costs less than
+    the one before. The blocks get copies of the model's weights. Shapes
+    are static, so `keras_vit.export` keeps the merging in SavedModel,
+    TFLite and ONNX files.
+
+    Args:
+        model: a `keras_vit.VisionTransformer` classifier or feature model
+            of a fixed input size with `pooling="token"` (the class token's
+            features: the paper's, DeiT's and DINOv2's heads).
+        r: int >= 1, the pairs merged in each block; at most what the
+            patches allow (`largest_merge`, e.g. 19 for the 256 patches of
+            a ViT-S/14 at 224 px).
+
+    Returns:
+        A functional `keras.Model` with the inputs and outputs of `model`.
+
+    Example:
+
+    >>> model = keras_vit.VisionTransformer(
+    ...     input_shape=(32, 32, 3), patch_size=4, hidden_dim=32,
+    ...     num_layers=2, num_heads=2, mlp_dim=64, classes=10)
+    >>> merged = keras_vit.models.merge_tokens(model, r=8)
+    >>> tuple(merged.get_layer("encoderblock_1").output[0].shape)
+    (None, 49, 32)
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"`model` must be a keras_vit model. Received: model={model!r}")
+    blocks = encoder_blocks(model)
+    pooling = next((layer for layer in model.layers if isinstance(layer, TokenPooling)), None)
+    if pooling is None or pooling.mode != "token" or len(model.inputs) + len(model.outputs) != 2:
+        raise ValueError(
+            "merge_tokens needs a model with pooling='token' (the class token's features) "
+            f"and one output. Received: model {model.name!r} with pooling "
+            f"{getattr(pooling, 'mode', None)!r}"
+        )
+    num_tokens = blocks[0].input.shape[1]
+    if num_tokens is None:
+        raise ValueError(
+            "merge_tokens needs a model of a fixed input size (static token counts). "
+            f"Received: input_shape={model.input_shape}"
+        )
+    num_patches = num_tokens - pooling.num_prefix_tokens
+    largest = largest_merge(num_patches, len(blocks))
+    if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= largest:
+        raise ValueError(
+            f"`r` must be an int from 1 to {largest}: the most that each of the "
+            f"{len(blocks)} blocks can merge from {num_patches} patch tokens. Received: r={r!r}"
+        )
+    return keras.Model(model.inputs[0], _merged_graph(model, blocks, r, pooling), name=model.name)
+
+
+def _merged_graph(model, blocks, r, pooling):
+    """The model's layers called again in order, its blocks replaced by merging ones."""
+    x = model.inputs[0]
+    previous, sizes = x, None
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.InputLayer):
+            continue
+        if layer.input is not previous:
+            raise ValueError(
+                f"merge_tokens takes a model whose layers form a chain; layer {layer.name!r} "
+                "does not take the previous layer's output."
+            )
+        previous = layer.output
+        if isinstance(layer, TransformerBlock):
+            layer = _merging_block(layer, r, pooling.num_prefix_tokens)
+            x, sizes = layer(x if sizes is None else [x, sizes])
+        else:
+            x = layer(x)
+    return x
+
+
+def _merging_block(block, r, num_prefix_tokens):
+    config = {**block.get_config(), "remat": False}
+    merging = TokenMergingBlock(r=r, num_prefix_tokens=num_prefix_tokens, **config)
+    merging.build(block.input.shape)
+    for target, source in zip(merging.weights, block.weights, strict=True):
+        target.assign(source)
+    return merging

@@ -1,0 +1,79 @@
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+import keras_vit
+from keras_vit.models import largest_merge, merge_tokens
+from tests.conftest import BACKEND, TINY, randomize_weights
+
+# A pretrained checkpoint's function: exact GELU, LayerScale, the class token's head.
+FUNCTION = dict(TINY, approximate_gelu=False, layer_scale_init=0.1, classifier_activation=None)
+
+
+def images(count=4):
+    return np.random.default_rng(1).uniform(0, 255, (count, 16, 16, 3)).astype("float32")
+
+
+def test_each_block_merges_r_pairs_and_the_model_saves_and_loads(tmp_path):
+    model = randomize_weights(keras_vit.VisionTransformer(**FUNCTION), scale=0.5)
+    merged = merge_tokens(model, 3)
+    # 16 patches and the class token: 3 fewer after each of the two blocks.
+    assert [merged.get_layer(f"encoderblock_{i}").output[0].shape[1] for i in (0, 1)] == [14, 11]
+    assert merged.output.shape == model.output.shape
+    outputs = ops.convert_to_numpy(merged(images()))
+    assert np.abs(outputs - ops.convert_to_numpy(model(images()))).max() < 0.5
+    path = str(tmp_path / "merged.keras")
+    merged.save(path)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(keras.saving.load_model(path)(images())), outputs, atol=1e-6
+    )
+
+
+def test_the_largest_r_leaves_every_block_half_its_patches_to_merge_into():
+    assert largest_merge(256, 12) == 19  # ViT-S/14 at 224 px: 28 tokens left at the end
+    assert largest_merge(16, 2) == 5
+    for patches, blocks in ((196, 12), (16, 2), (64, 3), (10, 1)):
+        r = largest_merge(patches, blocks)
+        remaining = [patches - i * r for i in range(blocks)]
+        assert all(r <= n // 2 for n in remaining)
+        assert any(r + 1 > (patches - i * (r + 1)) // 2 for i in range(blocks))
+
+
+def test_merge_tokens_refuses_what_it_cannot_merge():
+    model = keras_vit.VisionTransformer(**FUNCTION)
+    with pytest.raises(ValueError, match=r"from 1 to 5: .* 2 blocks .* 16 patch tokens. .*r=6"):
+        merge_tokens(model, 6)
+    with pytest.raises(ValueError, match="r=0"):
+        merge_tokens(model, 0)
+    with pytest.raises(ValueError, match="pooling='token'.*'gap'"):
+        merge_tokens(keras_vit.VisionTransformer(**TINY, pooling="gap", class_token=False), 2)
+    with pytest.raises(ValueError, match="fixed input size"):
+        merge_tokens(keras_vit.VisionTransformer(**{**TINY, "input_shape": (None, None, 3)}), 2)
+
+
+def test_exports_keep_the_merging(tmp_path):
+    import onnxruntime
+
+    model = randomize_weights(keras_vit.VisionTransformer(**FUNCTION), scale=0.5)
+    merged = merge_tokens(model, 5)
+    expected = ops.convert_to_numpy(merged(images()))
+    path = str(tmp_path / "merged.onnx")
+    keras_vit.export.onnx(merged, path)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    served = session.run(None, {session.get_inputs()[0].name: images()})[0]
+    np.testing.assert_allclose(served, expected, atol=1e-5)
+    # Not the unmerged model's answers: the file merges.
+    assert np.abs(served - ops.convert_to_numpy(model(images()))).max() > 1e-3
+    if BACKEND != "tensorflow":
+        return  # LiteRT and SavedModel: as above, from TensorFlow
+    import tensorflow as tf
+
+    path = str(tmp_path / "merged.tflite")
+    keras_vit.export.tflite(merged, path)
+    report = keras_vit.export.check_tflite(path, merged, images(), latency_runs=1)
+    assert report["max_abs_error"] < 1e-5, report
+    folder = keras_vit.export.saved_model(merged, str(tmp_path / "serving"), warmup=False)
+    serve = tf.saved_model.load(folder).signatures["serving_default"]
+    probabilities = serve(images=tf.constant(images()))["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities, tf.nn.softmax(expected).numpy(), atol=1e-6)
