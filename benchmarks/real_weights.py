@@ -279,6 +279,51 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     return rows
 
 
+def merging(out, image_size=224, test=1000, merges=(0, 4, 8, 12, 16), litert=True):
+    """Token merging of `out/classifier.keras` at each `r`: accuracy, agreement and speed.
+
+    Keras (this backend): accuracy on the first `test` test images, top-1
+    agreement with the unmerged classifier, and the time of a pass over
+    them in batches of 64 (after a warm-up batch). LiteRT (from TensorFlow):
+    the fp32 file's accuracy and the latency of one image (2 threads).
+    """
+    import time
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+
+    classifier = keras.saving.load_model(os.path.join(out, "classifier.keras"))
+    test_images, test_labels = fashion_mnist_at(image_size, "test", test)
+    rows, unmerged = [], None
+    for r in merges:
+        model = classifier if r == 0 else keras_vit.models.merge_tokens(classifier, r)
+        model.predict(test_images[:64], batch_size=64, verbose=0)  # compiles
+        start = time.perf_counter()
+        predicted = model.predict(test_images, batch_size=64, verbose=0).argmax(-1)
+        seconds = time.perf_counter() - start
+        unmerged = predicted if unmerged is None else unmerged
+        row = {
+            "backend": keras.backend.backend(),
+            "r": r,
+            "accuracy": float(np.mean(predicted == test_labels)),
+            "agreement": float(np.mean(predicted == unmerged)),
+            "images_per_s": round(test / seconds, 1),
+        }
+        if litert and keras.backend.backend() == "tensorflow":
+            path = os.path.join(out, f"classifier_r{r}.tflite")
+            keras_vit.export.tflite(model, path, overwrite=True)
+            report = keras_vit.export.check_tflite(path, model, test_images, latency_runs=20)
+            row["litert_accuracy"] = float(
+                np.mean(np.asarray(report["top1_classes"]) == test_labels)
+            )
+            row["litert_latency_ms"] = round(report["latency_ms"], 1)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def write_folder(out, train=1500, test=1000):
     """The first Fashion-MNIST images as a folder of 28-px PNGs, one sub-folder per class."""
     import numpy as np
@@ -409,6 +454,14 @@ def main(argv=None):
         default=None,
         help="onnx none float16 dynamic int8 int8_full (default: all)",
     )
+    merges = commands.add_parser(
+        "merge", help="token merging of the probe's classifier at several r: accuracy and speed"
+    )
+    merges.add_argument("--out", default="real_weights/probe")
+    merges.add_argument("--image-size", type=int, default=224)
+    merges.add_argument("--test-images", type=int, default=1000)
+    merges.add_argument("--r", type=int, nargs="*", default=[0, 4, 8, 12, 16])
+    merges.add_argument("--no-litert", action="store_true")
     tuning = commands.add_parser(
         "finetune", help="keras-vit finetune's defaults on a small folder, beside the probe"
     )
@@ -434,6 +487,8 @@ def main(argv=None):
             learning_rate=args.learning_rate,
             ema_momentum=args.ema,
         )
+    elif args.command == "merge":
+        merging(args.out, args.image_size, args.test_images, args.r, not args.no_litert)
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
     else:
