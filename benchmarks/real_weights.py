@@ -299,7 +299,8 @@ def merging(out, image_size=224, test=1000, merges=(0, 4, 8, 12, 16), litert=Tru
     rows, unmerged = [], None
     for r in merges:
         model = classifier if r == 0 else keras_vit.models.merge_tokens(classifier, r)
-        model.predict(test_images[:64], batch_size=64, verbose=0)  # compiles
+        for warm_up in (test_images[:64], test_images[len(test_images) // 64 * 64 :]):
+            model.predict(warm_up, batch_size=64, verbose=0)  # compiles both batch sizes
         start = time.perf_counter()
         predicted = model.predict(test_images, batch_size=64, verbose=0).argmax(-1)
         seconds = time.perf_counter() - start

@@ -28,7 +28,7 @@ def merge_tokens(model, r):
     averages its `r` most similar pairs of patch tokens after its
     attention (`keras_vit.layers.TokenMergingBlock`), so a model of `L`
     blocks ends with `L * r` fewer tokens and each block costs less than
-    the one before. The blocks get copies of the model's weights. Shapes
+    the one before. The model gets a copy of `model`'s weights. Shapes
     are static, so `keras_vit.export` keeps the merging in SavedModel,
     TFLite and ONNX files.
 
@@ -92,17 +92,14 @@ def _merged_graph(model, blocks, r, pooling):
             )
         previous = layer.output
         if isinstance(layer, TransformerBlock):
-            layer = _merging_block(layer, r, pooling.num_prefix_tokens)
-            x, sizes = layer(x if sizes is None else [x, sizes])
+            config = {**layer.get_config(), "remat": False}
+            copy = TokenMergingBlock(r=r, num_prefix_tokens=pooling.num_prefix_tokens, **config)
+            x, sizes = copy(x if sizes is None else [x, sizes])
         else:
-            x = layer(x)
+            copy = type(layer).from_config(layer.get_config())
+            x = copy(x)
+        # Copies, not the model's layers: two models holding one variable
+        # break on JAX, whose calls hand a model's buffers over to XLA.
+        for target, source in zip(copy.weights, layer.weights, strict=True):
+            target.assign(keras.ops.copy(source.value))
     return x
-
-
-def _merging_block(block, r, num_prefix_tokens):
-    config = {**block.get_config(), "remat": False}
-    merging = TokenMergingBlock(r=r, num_prefix_tokens=num_prefix_tokens, **config)
-    merging.build(block.input.shape)
-    for target, source in zip(merging.weights, block.weights, strict=True):
-        target.assign(source)
-    return merging
