@@ -284,7 +284,7 @@ def merging(out, image_size=224, test=1000, merges=(0, 4, 8, 12, 16), litert=Tru
 
     Keras (this backend): accuracy on the first `test` test images, top-1
     agreement with the unmerged classifier, and the time of a pass over
-    them in batches of 64 (after a warm-up batch). LiteRT (from TensorFlow):
+    them in batches of 64 (`predict_on_batch`, after a warm-up). LiteRT (from TensorFlow):
     the fp32 file's accuracy and the latency of one image (2 threads).
     """
     import time
@@ -299,10 +299,13 @@ def merging(out, image_size=224, test=1000, merges=(0, 4, 8, 12, 16), litert=Tru
     rows, unmerged = [], None
     for r in merges:
         model = classifier if r == 0 else keras_vit.models.merge_tokens(classifier, r)
-        for warm_up in (test_images[:64], test_images[len(test_images) // 64 * 64 :]):
-            model.predict(warm_up, batch_size=64, verbose=0)  # compiles both batch sizes
+        # Batch by batch (`predict_on_batch`): `predict`'s tf.data copies of the
+        # images compete with the model for the two cores, and its times wander.
+        batches = [test_images[i : i + 64] for i in range(0, len(test_images), 64)]
+        for warm_up in (batches[0], batches[-1]):
+            model.predict_on_batch(warm_up)  # compiles both batch sizes
         start = time.perf_counter()
-        predicted = model.predict(test_images, batch_size=64, verbose=0).argmax(-1)
+        predicted = np.concatenate([model.predict_on_batch(b) for b in batches]).argmax(-1)
         seconds = time.perf_counter() - start
         unmerged = predicted if unmerged is None else unmerged
         row = {
