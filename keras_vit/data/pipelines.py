@@ -570,35 +570,43 @@ def _calling(function, element_spec):
 class _DecodeFailures:
     """Which of a folder's listed files its pipeline could not decode, each named once.
 
-    Two flags per file, set in the pipeline's graph: tried before decoding,
-    decoded after. When a pass over the decoded examples ends (training
-    reaches it at the end of its first epoch that meets a failure), the
-    files tried and not decoded are logged in one warning; a file is named
-    once per process, however many epochs and pipelines meet it.
+    Each file's index is recorded as tried before it is decoded and as
+    decoded after (a `py_function` each: a variable would become a mirrored
+    one when a pipeline is made inside a distribution strategy's scope).
+    When a pass over the decoded examples ends (training reaches it at the
+    end of its first epoch that meets a failure), the files tried and not
+    decoded are logged in one warning; a file is named once per process,
+    however many epochs and pipelines meet it.
     """
 
     def __init__(self, directory, paths):
-        import tensorflow as tf
-
         self.directory, self.paths = directory, paths
-        self.tried = tf.Variable(tf.zeros(len(paths), tf.bool), trainable=False)
-        self.decoded = tf.Variable(tf.zeros(len(paths), tf.bool), trainable=False)
+        self.tried, self.decoded = set(), set()
 
     def decoding(self, decode_file):
         """`decode_file` of a path, as a function of `((index, path), label)`."""
         import tensorflow as tf
 
+        def recorder(indices):
+            def record(index, *_):
+                indices.add(int(index))
+                return index
+
+            return record
+
         def decode(example, label):
             index, path = example
-            with tf.control_dependencies([self.tried[index].assign(True)]):
+            tried = tf.py_function(recorder(self.tried), [index], tf.int64)
+            with tf.control_dependencies([tried]):
                 image = decode_file(path)
-            with tf.control_dependencies([self.decoded[index].assign(tf.size(image) >= 0)]):
+            decoded = tf.py_function(recorder(self.decoded), [index, tf.size(image)], tf.int64)
+            with tf.control_dependencies([decoded]):
                 return tf.identity(image), label
 
         return decode
 
     def report(self):
-        failed = np.flatnonzero(self.tried.numpy() & ~self.decoded.numpy())
+        failed = sorted(self.tried - self.decoded)
         new = [self.paths[i] for i in failed if ("undecodable", self.paths[i]) not in _said]
         if not new:
             return

@@ -175,7 +175,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         use_dropout = bool(training) and self.dropout > 0
         explicit = return_attention_scores or use_dropout
         if explicit or not (fast_kernels_enabled() and fused_attention_kernel_available()):
-            context, scores = self._explicit_attention(
+            context, scores = self.attend(
                 query, key, value, use_dropout, full_precision=return_attention_scores
             )
         else:
@@ -215,7 +215,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             outputs = outputs + self.out_bias
         return ops.reshape(outputs, (-1, num_tokens, self.hidden_dim))
 
-    def _explicit_attention(self, query, key, value, use_dropout, full_precision, key_bias=None):
+    def attend(self, query, key, value, use_dropout=False, full_precision=False, key_bias=None):
         """Attention as two batched matmuls over heads; also the probabilities.
 
         Takes and returns `(batch, tokens, heads, head_dim)`; the

@@ -134,7 +134,7 @@ class TokenMergingBlock(TransformerBlock):
         key_bias = ops.concatenate(
             [ops.zeros_like(ops.cast(tokens[:, :prefix, 0], "float32")), ops.log(sizes)], axis=1
         )
-        context, _ = self.attention._explicit_attention(
+        context, _ = self.attention.attend(
             query, key, value, bool(training) and self.attention_dropout_rate > 0, False, key_bias
         )
         x = self.dropout(self.attention.combine(context), training=training)

@@ -45,6 +45,7 @@ def merge_tokens(model, r):
 
     Example:
 
+    >>> import keras_vit
     >>> model = keras_vit.VisionTransformer(
     ...     input_shape=(32, 32, 3), patch_size=4, hidden_dim=32,
     ...     num_layers=2, num_heads=2, mlp_dim=64, classes=10)
