@@ -58,10 +58,10 @@ CASE = textwrap.dedent(
 )
 
 
-def measure(backend, calls, warmup, batch_size=32):
-    """The JSON results of one backend's fresh process."""
+def fresh_process(code, *arguments, backend="tensorflow"):
+    """The standard output of `code` run with `arguments` in a fresh interpreter of `backend`."""
     done = subprocess.run(
-        [sys.executable, "-c", CASE, str(calls), str(warmup), str(batch_size)],
+        [sys.executable, "-c", code, *map(str, arguments)],
         env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"),
         capture_output=True,
         text=True,
@@ -69,7 +69,13 @@ def measure(backend, calls, warmup, batch_size=32):
     )
     if done.returncode:
         raise RuntimeError(f"{backend} failed:\n{done.stderr[-3000:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.stdout
+
+
+def measure(backend, calls, warmup, batch_size=32):
+    """The JSON results of one backend's fresh process."""
+    output = fresh_process(CASE, calls, warmup, batch_size, backend=backend)
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
 
 def main(argv=None):

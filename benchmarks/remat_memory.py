@@ -14,10 +14,9 @@ step's time is the median. One JSON line per case, then the day's fp32 GEMM rate
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import textwrap
+
+from memory_growth import fresh_process
 
 CASE = textwrap.dedent(
     """
@@ -85,16 +84,8 @@ GEMM = textwrap.dedent(
 
 
 def run(code, *arguments, backend="tensorflow"):
-    done = subprocess.run(
-        [sys.executable, "-c", code, *map(str, arguments)],
-        env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode:
-        raise RuntimeError(f"{backend} failed:\n{done.stderr[-3000:]}")
-    return done.stdout.strip().splitlines()[-1]
+    """The last line that `code` prints in a fresh interpreter of `backend`."""
+    return fresh_process(code, *arguments, backend=backend).strip().splitlines()[-1]
 
 
 def main(argv=None):
