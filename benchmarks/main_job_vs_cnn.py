@@ -70,8 +70,11 @@ def fashion_mnist(quick):
     return train, test
 
 
-def train_cnn(quick, seed=0):
-    """The CNN's run, inside its own process; returns accuracy and epoch times."""
+def train_cnn(quick, seed=0, save=None):
+    """The CNN's run, inside its own process; returns accuracy and epoch times.
+
+    With `save`, the trained CNN is written there (a `.keras` file).
+    """
     import keras
     import tensorflow as tf
 
@@ -121,6 +124,8 @@ def train_cnn(quick, seed=0):
 
     model.fit(train, epochs=epochs, callbacks=[EpochTimes()], verbose=2)
     _, accuracy = model.evaluate(test, verbose=0)
+    if save:
+        model.save(save)
     return {
         "test_accuracy": float(accuracy),
         "epoch_seconds": times,
@@ -157,8 +162,9 @@ def run_process(command, backend):
     return done.stdout, round(wall, 1)
 
 
-def run_cnn(backend, quick, seed):
+def run_cnn(backend, quick, seed, save=None):
     command = [sys.executable, os.path.abspath(__file__), "--child-cnn", "--seed", str(seed)]
+    command += ["--save", save] if save else []
     stdout, wall = run_process(command + (["--quick"] if quick else []), backend)
     return {
         "model": "cnn",
@@ -299,6 +305,7 @@ def main():
         help="every round with seed SEED: the same runs timed again",
     )
     parser.add_argument("--child-cnn", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--save", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     cnn_backends = args.backends if args.cnn_backends is None else args.cnn_backends
     if not set(cnn_backends) <= set(args.backends):
@@ -306,7 +313,7 @@ def main():
             f"--cnn-backends must be among --backends {args.backends}. Received: {cnn_backends}"
         )
     if args.child_cnn:
-        print(json.dumps(train_cnn(args.quick, args.seed)))
+        print(json.dumps(train_cnn(args.quick, args.seed, args.save)))
         return
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_main_job_data_") as directory:

@@ -256,6 +256,43 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     assert f"| {BACKEND} |" in done.stdout
 
 
+@pytest.mark.backend_independent  # the benchmark's own code: children, JSON, medians
+@pytest.mark.slow
+def test_distillation_quick_run_trains_the_teacher_and_reports_each_student(tmp_path):
+    out = tmp_path / "distillation.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "distillation.py"),
+            "--quick",
+            "--backend",
+            BACKEND,
+            "--students",
+            "alone",
+            "hard+token",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    (round_,) = results["rounds"]
+    assert round_["teacher"]["parameters"] == 242_218  # the main job's CNN
+    for name in ("alone", "hard+token"):
+        run = round_[name]
+        assert 0.0 <= run["test_accuracy"] <= 1.0 and run["fit_seconds"] > 0
+        points = 100 * (run["test_accuracy"] - round_["teacher"]["test_accuracy"])
+        assert results["summary"][name]["points_over_teacher"] == pytest.approx(points, abs=0.01)
+    # The distillation token, its position and its head (width 64, 10 classes).
+    extra = 64 + 64 + (64 * 10 + 10)
+    assert round_["hard+token"]["parameters"] == round_["alone"]["parameters"] + extra
+    assert "| ViT small/4 hard+token |" in done.stdout
+
+
 @pytest.mark.slow
 def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(tmp_path):
     if BACKEND == "torch":

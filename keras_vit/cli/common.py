@@ -422,25 +422,27 @@ def non_negative_int(text):
     return _whole_number(text, 0, "a whole number, 0 or more")
 
 
-def fraction(text):
+def _real_number(text, accepts, what):
     try:
         value = float(text)
     except ValueError:
         value = None
-    if value is None or not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, not {text!r}")
+    if value is None or not accepts(value):
+        raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}")
     return value
+
+
+def fraction(text):
+    return _real_number(text, lambda v: 0.0 < v < 1.0, "a number between 0 and 1")
 
 
 def decay_factor(text):
     """A number in (0, 1]: `--layer-decay`'s."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], not {text!r}")
-    return value
+    return _real_number(text, lambda v: 0.0 < v <= 1.0, "a number in (0, 1]")
+
+
+def positive_float(text):
+    return _real_number(text, lambda v: 0.0 < v < float("inf"), "a positive number")
 
 
 def add_image_limit(parser):

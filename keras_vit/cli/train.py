@@ -9,6 +9,7 @@ from keras_vit.cli.common import (
     decay_factor,
     fail,
     fraction,
+    positive_float,
     positive_int,
     progress,
 )
@@ -93,6 +94,33 @@ def _add_training_options(parser):
         "none for every recipe)",
     )
     parser.add_argument(
+        "--teacher",
+        default=None,
+        metavar="PATH",
+        help="a .keras classifier of the same images and classes (a CNN, a ViT) to learn "
+        "from besides the labels (DeiT's distillation); it is never trained, and "
+        "model.keras is the student alone",
+    )
+    parser.add_argument(
+        "--distillation",
+        choices=("hard", "soft"),
+        default=None,
+        help="with --teacher: learn its top class (hard, the default) or its softmax "
+        "at --temperature (soft)",
+    )
+    parser.add_argument(
+        "--distillation-token",
+        action="store_true",
+        help="with --teacher: a DeiT distillation token and second head learn the "
+        "teacher, the class head the labels; inference averages both",
+    )
+    parser.add_argument(
+        "--temperature",
+        type=positive_float,
+        default=1.0,
+        help="with --distillation soft: the softmax temperature (default 1)",
+    )
+    parser.add_argument(
         "--remat",
         action="store_true",
         help="recompute each block's activations in the backward pass instead of keeping "
@@ -128,6 +156,10 @@ def run(args):
             layer_decay=args.layer_decay,
             ema_momentum=args.ema,
             remat=args.remat,
+            teacher=args.teacher,
+            distillation=args.distillation,
+            distillation_token=args.distillation_token,
+            temperature=args.temperature,
             validate_every=args.validate_every,
             deterministic=args.deterministic,
             validation_split=args.validation_split,

@@ -2,6 +2,7 @@
 
 from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
 from keras_vit.training.batch_norm import PreciseBatchNorm, recompute_batch_norm_statistics
+from keras_vit.training.distillation import Distiller, load_teacher
 from keras_vit.training.finetuning import fit_new_heads
 from keras_vit.training.loop import DEFAULTS, SMALL_MODEL, model_arguments, train
 from keras_vit.training.recipes import (

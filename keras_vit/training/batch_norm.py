@@ -26,9 +26,15 @@ class _Recorded(Exception):
 
 
 def batch_norm_layers(model):
-    """The model's `keras.layers.BatchNormalization` layers, nested ones included."""
+    """The model's trainable `keras.layers.BatchNormalization` layers, nested ones included.
+
+    A frozen one (`trainable=False`: a distillation teacher's, a frozen
+    stem's) runs in inference mode in training and keeps its statistics.
+    """
     return [
-        layer for layer in all_layers(model) if isinstance(layer, keras.layers.BatchNormalization)
+        layer
+        for layer in all_layers(model)
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
     ]
 
 

@@ -125,6 +125,10 @@ def train(
     layer_decay=None,
     ema_momentum=None,
     remat=False,
+    teacher=None,
+    distillation=None,
+    distillation_token=False,
+    temperature=1.0,
     validate_every=None,
     deterministic=False,
     validation_split=None,
@@ -189,6 +193,18 @@ def train(
         remat: bool, recompute each block's activations in the backward
             pass (`VisionTransformer(remat=True)`): less memory per step,
             the same gradients.
+        teacher: `None` or a `.keras` file of a classifier of the same
+            images and classes (a CNN, a ViT): the model learns from its
+            predictions as well as the labels (`Distiller`, DeiT's loss);
+            the teacher is loaded, frozen, and never saved over. The saved
+            model is the student alone.
+        distillation: with `teacher`, `"hard"` (the default: the
+            teacher's top class, DeiT's best) or `"soft"` (its softmax at
+            `temperature`, KL divergence).
+        distillation_token: bool, with `teacher`: the student gets DeiT's
+            distillation token and a second head that learns the teacher,
+            the class head the labels; inference averages the two.
+        temperature: positive float, for `distillation="soft"`.
         validate_every: evaluate on the test split every this many epochs
             (and after the last); `None`: after the last epoch only, whose
             result is the run's test metrics.
@@ -250,6 +266,14 @@ def train(
         recipe = dataclasses.replace(recipe, layer_decay=layer_decay)
     if ema_momentum is not None:
         recipe = dataclasses.replace(recipe, ema_momentum=ema_momentum)
+    distill = _distillation_options(teacher, distillation, distillation_token, temperature)
+    for argument, path in (("weights", weights), ("teacher", teacher)):
+        _check_not_replaced(path, output_dir, argument)
+    if distill and distribute is not None:
+        raise ValueError(
+            "Distillation trains on one device: `teacher` with `distribute` is not supported. "
+            f"Received: teacher={teacher!r}, distribute={distribute!r}"
+        )
     if validate_every is not None and (not isinstance(validate_every, int) or validate_every < 1):
         raise ValueError(
             "`validate_every` must be None or a positive int. "
@@ -281,6 +305,13 @@ def train(
     check_image_size(image_size, arguments["patch_size"], strides)
     check_dataset_source(dataset)
     check_data_layout(dataset, validation_split)
+    if distill:
+        from keras_vit.training.distillation import check_teacher, load_teacher
+
+        teacher_model = load_teacher(teacher)
+        teacher_name = f"The teacher {str(teacher)!r}"
+        # Its images now, its classes once the data's are known: both before training.
+        check_teacher(teacher_model, (image_size, image_size, channels), name=teacher_name)
     # Before any TensorFlow computation: MultiWorkerMirroredStrategy must
     # be created first in the process.
     plan = distribute_engine(
@@ -304,6 +335,10 @@ def train(
             "layer_decay": layer_decay,
             "ema_momentum": ema_momentum,
             "remat": remat,
+            **{
+                key: path_reference(value) if key == "teacher" else value
+                for key, value in distill.items()
+            },
         },
         output_dir=None
         if plan.is_chief
@@ -344,6 +379,13 @@ def train(
             f"({type(plan.engine).__name__}), worker {plan.worker_index + 1} of "
             f"{plan.num_workers}, global batch {batch_size}"
         )
+    if distill:
+        check_teacher(
+            teacher_model,
+            (image_size, image_size, channels),
+            train_data.num_classes,
+            name=teacher_name,
+        )
     options = dict(
         input_shape=(image_size, image_size, channels),
         data_format="channels_last",  # the pipelines' images, whatever Keras' default
@@ -356,6 +398,8 @@ def train(
         seed=seed,
         name="vit",
     )
+    if distillation_token:
+        options["distillation_token"] = True
     steps_per_epoch = run.steps_per_epoch(train_data, dataset)
     with plan.scope():
         if weights is not None:
@@ -365,13 +409,29 @@ def train(
             model = f"fine-tuned {os.path.basename(str(weights))}"
         else:
             network = keras_vit.VisionTransformer(**arguments, **options)
+        trained = network
+        if distill:
+            from keras_vit.training.distillation import Distiller
+
+            trained = Distiller(
+                network,
+                teacher_model,
+                mode=distill["distillation"],
+                temperature=distill["temperature"],
+            )
         recipe.compile(
-            network,
+            trained,
             total_steps=steps_per_epoch * epochs,
             gradient_accumulation_steps=gradient_accumulation_steps,
         )
-        plan.prepare(network)
+        plan.prepare(trained)
     log(f"model: {model} ViT, {network.count_params():,} parameters; recipe: {recipe}")
+    if distill:
+        log(
+            f"teacher: {teacher} ({teacher_model.count_params():,} parameters, frozen), "
+            f"{distill['distillation']} distillation"
+            + (", distillation token" if distillation_token else "")
+        )
     if weights is not None and recipe.head_first and not run.resuming:
         from keras_vit.training.finetuning import fit_new_heads
 
@@ -399,7 +459,7 @@ def train(
     validation_freq = validate_every or epochs
     with plan.scope():
         history = run.fit(
-            network,
+            trained,
             train_data.data,
             validation_data=test_data.data if test_data is not None else None,
             validation_freq=validation_freq,
@@ -414,7 +474,7 @@ def train(
                     k[len("val_") :]: v[-1] for k, v in logs.items() if k.startswith("val_")
                 }  # the final model's
             else:
-                results = network.evaluate(test_data.data, verbose=verbose, return_dict=True)
+                results = trained.evaluate(test_data.data, verbose=verbose, return_dict=True)
             # `loss` includes the recipe's label smoothing; `cross_entropy` does not.
             metrics = {f"test_{name}": float(value) for name, value in results.items()}
 
@@ -427,3 +487,64 @@ def train(
         parameters=network.count_params(), distribute=distribute, replicas=plan.num_replicas
     )
     return run.finish(network, metrics)
+
+
+def _distillation_options(teacher, distillation, distillation_token, temperature):
+    """The run settings of distillation (`{}` without a teacher), checked."""
+    from keras_vit.training.distillation import MODES, check_teacher_path
+
+    if not isinstance(distillation_token, bool):
+        raise TypeError(
+            "`distillation_token` must be a bool. "
+            f"Received: distillation_token={distillation_token!r}"
+        )
+    if teacher is None:
+        for name, value, default in (
+            ("distillation", distillation, None),
+            ("distillation_token", distillation_token, False),
+            ("temperature", temperature, 1.0),
+        ):
+            if value != default:
+                raise ValueError(
+                    f"`{name}` is a setting of distillation and needs a `teacher`. "
+                    f"Received: {name}={value!r}, teacher=None"
+                )
+        return {}
+    check_teacher_path(teacher)
+    distillation = "hard" if distillation is None else distillation
+    if distillation not in MODES:
+        raise ValueError(
+            f"`distillation` must be one of {MODES}. Received: distillation={distillation!r}"
+        )
+    if (
+        not isinstance(temperature, (int, float))
+        or isinstance(temperature, bool)
+        or not temperature > 0
+    ):
+        raise ValueError(
+            f"`temperature` must be a positive number. Received: temperature={temperature!r}"
+        )
+    if distillation == "hard" and temperature != 1.0:
+        raise ValueError(
+            "`temperature` softens the teacher's predictions for distillation='soft'; "
+            f"hard distillation takes its top class. Received: temperature={temperature!r}"
+        )
+    return {
+        "teacher": teacher,
+        "distillation": distillation,
+        "distillation_token": distillation_token,
+        "temperature": float(temperature),
+    }
+
+
+def _check_not_replaced(path, output_dir, argument):
+    """Refuses an input file that the run would write over (its `model.keras`)."""
+    if path is None or not os.path.isfile(os.fspath(path)):
+        return
+    written = os.path.join(output_dir, "model.keras")
+    if os.path.exists(written) and os.path.samefile(path, written):
+        raise ValueError(
+            f"`{argument}` {os.fspath(path)!r} is the model this run writes in "
+            f"output_dir={output_dir!r}: it would be replaced. Copy it elsewhere or "
+            "choose another output_dir."
+        )

@@ -364,8 +364,11 @@ class Recipe:
                     keras.metrics.CategoricalCrossentropy(from_logits=True, name="cross_entropy"),
                 ],
             )
+        # A `Distiller` trains its student's variables alone: their layer
+        # names decide the layer-wise rates and which ones decay.
+        trained = getattr(model, "student", model)
         model.compile(
-            optimizer=self.make_optimizer(model, total_steps, gradient_accumulation_steps),
+            optimizer=self.make_optimizer(trained, total_steps, gradient_accumulation_steps),
             **kwargs,
         )
         if model.built:
