@@ -242,7 +242,7 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
 
     import keras_vit
 
-    modes = modes or ("onnx", "none", "float16", "dynamic", "int8", "int8_full")
+    modes = modes or ("onnx", "none", "float16", "dynamic", "int8", "int8_full", "int16x8")
     classifier = keras.saving.load_model(os.path.join(out, "classifier.keras"))
     test_images, test_labels = fashion_mnist_at(image_size, "test", test)
     calibration_images, _ = fashion_mnist_at(image_size, "train", calibration)
@@ -456,7 +456,7 @@ def main(argv=None):
         "--modes",
         nargs="*",
         default=None,
-        help="onnx none float16 dynamic int8 int8_full (default: all)",
+        help="onnx none float16 dynamic int8 int8_full int16x8 (default: all)",
     )
     merges = commands.add_parser(
         "merge", help="token merging of the probe's classifier at several r: accuracy and speed"

@@ -50,7 +50,7 @@ def add_parser(command):
     )
     export.add_argument(
         "--quantize",
-        choices=("none", "float16", "dynamic", "int8", "int8_full"),
+        choices=("none", "float16", "dynamic", "int8", "int8_full", "int16x8"),
         default="none",
         help="TFLite quantisation",
     )
@@ -149,7 +149,7 @@ def run(args):
             )["path"]
         else:
             calibration = None
-            if args.quantize in ("int8", "int8_full"):
+            if args.quantize in ("int8", "int8_full", "int16x8"):
                 # The representative data comes from the training split.
                 calibration = _dataset_images(
                     model, dataset, "train", args.calibration_images, data_options, args.image_size

@@ -7,6 +7,7 @@ returns (logits, or probabilities for a softmax head). A JSON file beside it
 and output kind, for `keras-vit predict --model vit.tflite` and for apps.
 """
 
+import contextlib
 import json
 import os
 import tempfile
@@ -19,8 +20,11 @@ import numpy as np
 from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import graph
+from keras_vit.layers.layer_norm import variance_from_second_moment
 
-QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full")
+QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full", "int16x8")
+# The modes whose activation ranges are calibrated on representative images.
+CALIBRATED = ("int8", "int8_full", "int16x8")
 # Ops that "int8" leaves in float32: XNNPACK has no fast int8 kernels for
 # them on CPU (LayerNorm's pieces, GELU, softmax, the attention matmuls and
 # the element-wise glue), and int8 there costs the most accuracy. The
@@ -50,7 +54,7 @@ def _check_quantization(quantization):
     if quantization not in QUANTIZATIONS:
         raise ValueError(
             "`quantization` must be one of None ('none'), 'float16', 'dynamic', 'int8', "
-            "'int8_full'. "
+            "'int8_full', 'int16x8'. "
             f"Received: quantization={quantization!r}"
         )
     return quantization
@@ -103,14 +107,17 @@ def _convert(model, quantization, calibration, allow_flex, image_size=None):
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_tflite_") as directory:
         # A static batch of one: TFLite's kernels and delegates want static shapes.
-        graph.write_archive(model, directory, batch_size=1, image_size=image_size)
+        with (
+            variance_from_second_moment() if quantization == "int16x8" else contextlib.nullcontext()
+        ):
+            graph.write_archive(model, directory, batch_size=1, image_size=image_size)
         converter = tf.lite.TFLiteConverter.from_saved_model(directory, signature_keys=["serve"])
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantization is not None:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantization == "float16":
             converter.target_spec.supported_types = [tf.float16]
-        elif quantization in ("int8", "int8_full"):
+        elif quantization in CALIBRATED:
 
             def representative_dataset():
                 for image in calibration:
@@ -119,6 +126,8 @@ def _convert(model, quantization, calibration, allow_flex, image_size=None):
             converter.representative_dataset = representative_dataset
         if quantization == "int8_full":
             ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        elif quantization == "int16x8":
+            ops = [tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]
         if allow_flex:
             ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
         converter.target_spec.supported_ops = ops
@@ -204,14 +213,18 @@ def tflite(
             (int8 weights and calibrated int8 activations for the
             convolution and every Dense layer; LayerNorm, GELU, softmax and
             the attention matmuls stay float32, see `FLOAT_OPS`: the fastest
-            on CPUs) or `"int8_full"` (every op int8, for integer-only
-            accelerators; slower on CPUs and less accurate). Both int8
-            modes need `representative_data`. The input and output stay
-            float32 in every mode.
+            on CPUs), `"int8_full"` (every op int8, for integer-only
+            accelerators; slower on CPUs and less accurate) or `"int16x8"`
+            (every op integer with int16 activations and int8 weights,
+            LiteRT's 16x8 mode: integer-only and far closer to float on a
+            real checkpoint's outlier activations, but run by reference
+            kernels, slow on CPUs). The int8 and 16x8 modes need
+            `representative_data`. The input and output stay float32 in
+            every mode.
         representative_data: images for the int8 calibration: an array,
             a `.npy` path, or a pipeline of batches (e.g.
             `keras_vit.data.load("fashion_mnist", image_size=28).data`).
-        calibration_count: how many images calibrate `"int8"`.
+        calibration_count: how many images calibrate the activation ranges.
         class_names: optional class names for the metadata file.
         overwrite: bool, replace an existing file.
         allow_flex: bool, allow Select-TF (Flex) ops; off by default, so a
@@ -244,7 +257,7 @@ def tflite(
 
         class_names = _check_class_names(class_names, classes)
     calibration = None
-    if quantization in ("int8", "int8_full"):
+    if quantization in CALIBRATED:
         if representative_data is None:
             raise ValueError(
                 f"`quantization={quantization!r}` needs `representative_data` (images from the "

@@ -1,10 +1,40 @@
 """Keras' LayerNormalization on keras_vit's closed-form backward pass."""
 
+import contextlib
+
 import keras
 from keras import ops
 
 from keras_vit.ops.layer_norm import layer_norm
 from keras_vit.ops.switch import fast_kernels_enabled
+
+# Non-empty while `variance_from_second_moment()` is active.
+_SECOND_MOMENT = []
+
+
+@contextlib.contextmanager
+def variance_from_second_moment():
+    """Inside it, `LayerNormalization` computes its variance as `mean(x * x) - mean ** 2`.
+
+    For graphs traced for LiteRT's 16x8 quantisation (int16 activations):
+    the converter turns the usual `mean((x - mean) ** 2)` into
+    `SQUARED_DIFFERENCE`, which has no int16 kernel. The same values to
+    float32 rounding where a row's mean is small against its spread, as in
+    a ViT's blocks; exports use it, training does not.
+
+    Example:
+    >>> norm = LayerNormalization(epsilon=1e-6)
+    >>> x = keras.ops.convert_to_tensor([[1.0, 2.0, 6.0]])
+    >>> with variance_from_second_moment():
+    ...     second = keras.ops.convert_to_numpy(norm(x))
+    >>> bool(abs(second - keras.ops.convert_to_numpy(norm(x))).max() < 1e-6)
+    True
+    """
+    _SECOND_MOMENT.append(True)
+    try:
+        yield
+    finally:
+        _SECOND_MOMENT.pop()
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -29,19 +59,28 @@ class LayerNormalization(keras.layers.LayerNormalization):
     (2, 5, 16)
     """
 
-    def _runs_closed_form(self, inputs):
+    def _normalises_last_axis(self, inputs):
         rank = len(inputs.shape)
         # build() has made `axis` a sorted list, possibly of negative axes.
         last_axis_only = [axis % rank for axis in self.axis] == [rank - 1]
-        return (
-            fast_kernels_enabled()
-            and last_axis_only
-            and self.center
-            and self.scale
-            and not self.rms_scaling
-        )
+        return last_axis_only and self.center and self.scale and not self.rms_scaling
+
+    def _runs_closed_form(self, inputs):
+        return fast_kernels_enabled() and self._normalises_last_axis(inputs)
+
+    def _second_moment_call(self, inputs):
+        dtype = keras.backend.result_type(inputs.dtype, "float32")
+        x = ops.cast(inputs, dtype)
+        mean = ops.mean(x, axis=-1, keepdims=True)
+        # Rounding can leave a constant row a tiny negative variance.
+        variance = ops.maximum(ops.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0.0)
+        outputs = (x - mean) * ops.rsqrt(variance + self.epsilon)
+        outputs = outputs * ops.cast(self.gamma, dtype) + ops.cast(self.beta, dtype)
+        return ops.cast(outputs, self.compute_dtype)
 
     def call(self, inputs):
+        if _SECOND_MOMENT and self._normalises_last_axis(inputs):
+            return self._second_moment_call(inputs)
         if not self._runs_closed_form(inputs):
             return super().call(inputs)
         # In at least float32, without a float32 copy of bf16 inputs kept
