@@ -67,9 +67,7 @@ def run_student(name, backend, quick, seed, teacher):
 
 
 def summarise(rounds, students):
-    def median(values):
-        return statistics.median(values)
-
+    median = statistics.median
     teacher = median([r["teacher"]["test_accuracy"] for r in rounds])
     summary = {
         "teacher": {

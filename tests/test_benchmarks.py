@@ -24,6 +24,17 @@ def load_benchmark(name):
     return module
 
 
+def run_benchmark(script, *arguments, timeout=900):
+    """`benchmarks/<script>.py` with `arguments` in a fresh interpreter (TensorFlow's logs off)."""
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", f"{script}.py"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+
+
 @pytest.mark.backend_independent
 def test_flop_count_of_vit_b16_matches_the_hand_count():
     tokens, dim, mlp = 197, 768, 3072
@@ -218,24 +229,17 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
 def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path):
     # (Training through `keras-vit train` on each backend is tests/test_console.py's.)
     out = tmp_path / "main_job.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"),
-            "--quick",
-            "--rounds",
-            "1",
-            "--backends",
-            BACKEND,
-            "--seed",
-            "3",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    done = run_benchmark(
+        "main_job_vs_cnn",
+        "--quick",
+        "--rounds",
+        "1",
+        "--backends",
+        BACKEND,
+        "--seed",
+        "3",
+        "--json",
+        str(out),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
@@ -260,23 +264,16 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
 @pytest.mark.slow
 def test_distillation_quick_run_trains_the_teacher_and_reports_each_student(tmp_path):
     out = tmp_path / "distillation.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "distillation.py"),
-            "--quick",
-            "--backend",
-            BACKEND,
-            "--students",
-            "alone",
-            "hard+token",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    done = run_benchmark(
+        "distillation",
+        "--quick",
+        "--backend",
+        BACKEND,
+        "--students",
+        "alone",
+        "hard+token",
+        "--json",
+        str(out),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
@@ -298,22 +295,15 @@ def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(t
     if BACKEND == "torch":
         pytest.skip("the benchmark compares the TensorFlow and JAX backends")
     out = tmp_path / "resolution.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "run_time_resolution.py"),
-            "--quick",
-            "--rounds",
-            "2",
-            "--backends",
-            BACKEND,
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    done = run_benchmark(
+        "run_time_resolution",
+        "--quick",
+        "--rounds",
+        "2",
+        "--backends",
+        BACKEND,
+        "--json",
+        str(out),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     (result,) = json.loads(out.read_text())
@@ -329,20 +319,13 @@ def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(t
 def test_export_latency_quick_run_measures_keras_onnx_and_litert():
     if BACKEND != "tensorflow":
         pytest.skip("one backend is enough: exports from the others rebuild on TensorFlow")
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "export_latency.py"),
-            "--quick",
-            "--modes",
-            "keras",
-            "onnx",
-            "none",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    done = run_benchmark(
+        "export_latency",
+        "--quick",
+        "--modes",
+        "keras",
+        "onnx",
+        "none",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {row["mode"]: row for row in map(json.loads, done.stdout.strip().splitlines())}
@@ -420,18 +403,13 @@ def test_main_job_summary_compares_a_backend_without_a_cnn_run_with_tensorflow_o
 
 @pytest.mark.backend_independent
 def test_main_job_refuses_a_cnn_backend_that_is_not_among_the_backends():
-    done = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "benchmarks", "main_job_vs_cnn.py"),
-            "--quick",
-            "--backends",
-            "tensorflow",
-            "--cnn-backends",
-            "jax",
-        ],
-        capture_output=True,
-        text=True,
+    done = run_benchmark(
+        "main_job_vs_cnn",
+        "--quick",
+        "--backends",
+        "tensorflow",
+        "--cnn-backends",
+        "jax",
         timeout=300,
     )
     assert done.returncode == 2

@@ -121,6 +121,7 @@ def run(args):
     """Exports a saved model as a TF Serving SavedModel or a TFLite file, then checks it."""
     from keras_vit import export
     from keras_vit.export.graph import agreement_warning
+    from keras_vit.export.litert import CALIBRATED
     from keras_vit.export.saved_model import SIGNATURES
 
     try:
@@ -149,7 +150,7 @@ def run(args):
             )["path"]
         else:
             calibration = None
-            if args.quantize in ("int8", "int8_full", "int16x8"):
+            if args.quantize in CALIBRATED:
                 # The representative data comes from the training split.
                 calibration = _dataset_images(
                     model, dataset, "train", args.calibration_images, data_options, args.image_size

@@ -36,6 +36,28 @@ def load_teacher(path, argument="teacher"):
     return teacher
 
 
+def check_options(mode, temperature, mode_argument="mode"):
+    """A clear error unless `mode` is one of `MODES` and `temperature` a positive number.
+
+    Args:
+        mode: `"hard"` or `"soft"`.
+        temperature: a positive number.
+        mode_argument: the mode's argument name in errors.
+    """
+    if mode not in MODES:
+        raise ValueError(
+            f"`{mode_argument}` must be one of {MODES}. Received: {mode_argument}={mode!r}"
+        )
+    if (
+        not isinstance(temperature, (int, float))
+        or isinstance(temperature, bool)
+        or not temperature > 0
+    ):
+        raise ValueError(
+            f"`temperature` must be a positive number. Received: temperature={temperature!r}"
+        )
+
+
 def check_teacher_path(path, argument="teacher"):
     """A clear error unless `path` is an existing `.keras` file."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).endswith(".keras"):
@@ -136,16 +158,7 @@ class Distiller(keras.Model):
 
     def __init__(self, student, teacher, mode="hard", temperature=1.0, alpha=0.5, **kwargs):
         super().__init__(**kwargs)
-        if mode not in MODES:
-            raise ValueError(f"`mode` must be one of {MODES}. Received: mode={mode!r}")
-        if (
-            not isinstance(temperature, (int, float))
-            or isinstance(temperature, bool)
-            or not temperature > 0
-        ):
-            raise ValueError(
-                f"`temperature` must be a positive number. Received: temperature={temperature!r}"
-            )
+        check_options(mode, temperature)
         if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha <= 1:
             raise ValueError(f"`alpha` must be a number in [0, 1]. Received: alpha={alpha!r}")
         student_inputs = student.inputs if isinstance(student.inputs, list) else [student.inputs]

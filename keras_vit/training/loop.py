@@ -335,10 +335,7 @@ def train(
             "layer_decay": layer_decay,
             "ema_momentum": ema_momentum,
             "remat": remat,
-            **{
-                key: path_reference(value) if key == "teacher" else value
-                for key, value in distill.items()
-            },
+            **distill,
         },
         output_dir=None
         if plan.is_chief
@@ -491,7 +488,7 @@ def train(
 
 def _distillation_options(teacher, distillation, distillation_token, temperature):
     """The run settings of distillation (`{}` without a teacher), checked."""
-    from keras_vit.training.distillation import MODES, check_teacher_path
+    from keras_vit.training.distillation import check_options, check_teacher_path
 
     if not isinstance(distillation_token, bool):
         raise TypeError(
@@ -512,25 +509,14 @@ def _distillation_options(teacher, distillation, distillation_token, temperature
         return {}
     check_teacher_path(teacher)
     distillation = "hard" if distillation is None else distillation
-    if distillation not in MODES:
-        raise ValueError(
-            f"`distillation` must be one of {MODES}. Received: distillation={distillation!r}"
-        )
-    if (
-        not isinstance(temperature, (int, float))
-        or isinstance(temperature, bool)
-        or not temperature > 0
-    ):
-        raise ValueError(
-            f"`temperature` must be a positive number. Received: temperature={temperature!r}"
-        )
+    check_options(distillation, temperature, mode_argument="distillation")
     if distillation == "hard" and temperature != 1.0:
         raise ValueError(
             "`temperature` softens the teacher's predictions for distillation='soft'; "
             f"hard distillation takes its top class. Received: temperature={temperature!r}"
         )
     return {
-        "teacher": teacher,
+        "teacher": path_reference(teacher),  # as `run.json` records it
         "distillation": distillation,
         "distillation_token": distillation_token,
         "temperature": float(temperature),

@@ -187,8 +187,7 @@ def file_digest(path):
 
 @pytest.mark.slow
 def test_a_run_with_a_teacher_resumes_keeps_the_teacher_and_saves_a_plain_student(tmp_path):
-    from keras_vit.training import backup
-    from tests.training.test_train_command import write_dataset
+    from tests.training.test_train_command import killed_after_first_checkpoint, write_dataset
 
     data = write_dataset(tmp_path / "data", per_class=16)
     teacher_path = str(tmp_path / "teacher.keras")
@@ -213,18 +212,8 @@ def test_a_run_with_a_teacher_resumes_keeps_the_teacher_and_saves_a_plain_studen
             log=lines.append,
         )
 
-    save = backup.CrashSafeBackup.on_epoch_end
-
-    def killed_after_epoch_1(self, epoch, logs=None):
-        save(self, epoch, logs)
-        raise KeyboardInterrupt  # as a kill right after the first checkpoint
-
-    backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_1
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            run()
-    finally:
-        backup.CrashSafeBackup.on_epoch_end = save
+    with killed_after_first_checkpoint():
+        run()
     assert any(line.startswith("teacher: ") and "soft distillation" in line for line in lines)
     del lines[:]
     result = run()

@@ -70,8 +70,7 @@ def test_a_new_head_is_fitted_on_the_frozen_features_and_nothing_else_moves():
 
 @pytest.mark.slow
 def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run, tmp_path):
-    from keras_vit.training import backup
-    from tests.training.test_train_command import write_dataset
+    from tests.training.test_train_command import killed_after_first_checkpoint, write_dataset
 
     assert RECIPES["finetune"].head_first and not RECIPES["paper_finetune"].head_first
     # Three classes where the trained run's checkpoint has two: a new head.
@@ -92,18 +91,8 @@ def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run
             log=lines.append,
         )
 
-    save = backup.CrashSafeBackup.on_epoch_end
-
-    def killed_after_epoch_1(self, epoch, logs=None):
-        save(self, epoch, logs)
-        raise KeyboardInterrupt  # as a kill right after the first checkpoint
-
-    backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_1
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            finetune()
-    finally:
-        backup.CrashSafeBackup.on_epoch_end = save
+    with killed_after_first_checkpoint():
+        finetune()
     # train(weights=...)'s defaults are the command's: the `finetune` recipe.
     with open(os.path.join(out, "run.json")) as f:
         assert json.load(f)["recipe"] == "finetune"

@@ -1,5 +1,6 @@
 """`keras-vit train / evaluate / predict`: outputs and bad input (kills: tests/reliability)."""
 
+import contextlib
 import csv
 import json
 import os
@@ -26,6 +27,29 @@ def write_dataset(root, per_class=48, shades=(("dark", 40), ("light", 200))):
                 image = np.clip(base + rng.normal(0, 20, (16, 16, 3)), 0, 255).astype("uint8")
                 (folder / f"{i}.png").write_bytes(tf.io.encode_png(image).numpy())
     return str(root)
+
+
+@contextlib.contextmanager
+def killed_after_first_checkpoint():
+    """Inside it, a run stops with `KeyboardInterrupt` right after its first checkpoint.
+
+    As a kill at that moment would, in-process: the resume tests then start
+    the same run again.
+    """
+    from keras_vit.training import backup
+
+    save = backup.CrashSafeBackup.on_epoch_end
+
+    def killed_after_epoch_1(self, epoch, logs=None):
+        save(self, epoch, logs)
+        raise KeyboardInterrupt
+
+    backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_1
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            yield
+    finally:
+        backup.CrashSafeBackup.on_epoch_end = save
 
 
 def command(data, out, epochs):
