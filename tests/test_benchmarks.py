@@ -224,6 +224,47 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     assert keras.config.dtype_policy().name == "float32"  # restored
 
 
+def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves():
+    import numpy as np
+
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(
+        patch_size=7,
+        hidden_dim=32,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=64,
+        input_shape=(28, 28, 1),
+        classes=10,
+    )
+    rng = np.random.default_rng(0)
+    for variable in model.weights:
+        variable.assign(rng.normal(0, 1, variable.shape).astype("float32"))
+    before = {variable.path: np.asarray(variable) for variable in model.weights}
+
+    load_benchmark("real_weights").with_int8_weights(model)
+
+    kernels = 0
+    for variable in model.weights:
+        old, new = before[variable.path], np.asarray(variable)
+        if "kernel" not in variable.path:
+            np.testing.assert_array_equal(new, old)  # biases, norms, tokens, positions
+            continue
+        kernels += 1
+        # Output channels: q/k/v's (heads, head_dim) per projection, else the last axis.
+        inputs = old.shape[0] if variable.path.endswith("qkv_kernel") else -1
+        old_columns = old.reshape(inputs, -1) if inputs != -1 else old.reshape(-1, old.shape[-1])
+        new_columns = new.reshape(old_columns.shape)
+        scale = np.abs(old_columns).max(axis=0) / 127
+        levels = new_columns / scale
+        np.testing.assert_allclose(levels, np.round(levels), atol=1e-3)
+        assert np.abs(np.round(levels)).max() == 127
+        assert 0 < np.abs(new_columns - old_columns).max() <= scale.max() / 2 + 1e-6
+    # patch embedding, q/k/v, output projection, two MLP layers, head
+    assert kernels == 6
+
+
 @pytest.mark.backend_independent  # the benchmark's own code: children, JSON, medians
 @pytest.mark.slow
 def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path):

@@ -19,12 +19,16 @@ import numpy as np
 
 from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
-from keras_vit.export import graph
+from keras_vit.export import graph, rotation
 from keras_vit.layers.layer_norm import variance_from_second_moment
 
 QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full", "int16x8")
 # The modes whose activation ranges are calibrated on representative images.
 CALIBRATED = ("int8", "int8_full", "int16x8")
+# The modes that quantise a ViT with its residual stream rotated (`rotation`):
+# per-tensor int8 activation scales, which a real checkpoint's outlier
+# channels break.
+ROTATED = ("int8", "int8_full")
 # Ops that "int8" leaves in float32: XNNPACK has no fast int8 kernels for
 # them on CPU (LayerNorm's pieces, GELU, softmax, the attention matmuls and
 # the element-wise glue), and int8 there costs the most accuracy. The
@@ -200,6 +204,7 @@ def tflite(
     overwrite=False,
     allow_flex=False,
     image_size=None,
+    rotate=True,
 ):
     """Converts `model` to a TFLite / LiteRT flatbuffer.
 
@@ -232,9 +237,16 @@ def tflite(
         image_size: int or `(height, width)`, the size to convert a model of
             any size at (a multiple of its patch size); a fixed-size
             model's own.
+        rotate: bool. For `"int8"` and `"int8_full"`, quantise a copy of a
+            keras_vit ViT classifier whose residual stream is rotated
+            (`keras_vit.export.rotation.rotated_copy`: the same function,
+            without the outlier channels of real checkpoints that per-tensor
+            int8 scales cannot hold). Models of another layout are converted
+            as they are; the metadata's `rotated` says which happened.
 
     Returns:
-        dict: `path`, `metadata_path`, `bytes`, `quantization`, `op_counts`.
+        dict: `path`, `metadata_path`, `bytes`, `quantization`, `rotated`,
+        `op_counts`.
 
     Example:
 
@@ -244,6 +256,8 @@ def tflite(
     """
     model = graph.channels_last_input(model)
     quantization = _check_quantization(quantization)
+    if not isinstance(rotate, bool):
+        raise TypeError(f"`rotate` must be True or False. Received: rotate={rotate!r}")
     path = os.fspath(path)
     if not path.endswith(".tflite"):
         raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
@@ -274,6 +288,7 @@ def tflite(
                 overwrite=overwrite,
                 allow_flex=allow_flex,
                 image_size=image_size,
+                rotate=rotate,
             )
             if calibration is not None:
                 arguments["representative_data"] = os.path.join(directory, "images.npy")
@@ -281,6 +296,9 @@ def tflite(
                 arguments["calibration_count"] = len(calibration)
             return graph.rebuild_on_tensorflow(model, "tflite", **arguments)
 
+    rotated = bool(rotate) and quantization in ROTATED and not rotation.unrotatable_weights(model)
+    if rotated:
+        model = rotation.rotated_copy(model)
     content = _convert(model, quantization, calibration, allow_flex, image_size)
     counts = op_counts(content)
     flex = sorted(name for name in counts if name.startswith("Flex") or name == "CUSTOM")
@@ -297,6 +315,7 @@ def tflite(
         "classes": classes,
         "class_names": class_names,
         "quantization": quantization or "none",
+        "rotated": rotated,
         "exported_from_backend": keras.backend.backend(),
     }
     directory = os.path.dirname(os.path.abspath(path))
@@ -315,6 +334,7 @@ def tflite(
         "metadata_path": metadata_path(path),
         "bytes": len(content),
         "quantization": quantization or "none",
+        "rotated": rotated,
         "op_counts": counts,
     }
 

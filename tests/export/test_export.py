@@ -259,6 +259,7 @@ def test_tflite_modes_run_in_litert_and_agree_with_keras(trained, fashion, tmp_p
         assert report["xnnpack_partitions"] == 1, report
     metadata = json.load(open(tmp_path / "vit.json"))
     assert metadata["quantization"] == (quantization or "none")
+    assert metadata["rotated"] == (quantization in ("int8", "int8_full"))
     assert metadata["output"] == "logits" and metadata["class_names"] == list(CLASS_NAMES)
 
 
