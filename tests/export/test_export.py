@@ -501,17 +501,19 @@ def test_an_export_that_loses_the_models_answers_is_kept_and_flagged(tmp_path, c
     from keras_vit.cli import main
     from tests.training.test_train_command import write_dataset
 
-    # One LayerNorm channel a thousand times the others, unused by the head: the
-    # float model does not see it, an int8 file's single activation scale for
-    # the tensor leaves the other channels nothing (as real checkpoints'
-    # outlier channels do to naive int8).
+    # One channel of the MLP's hidden layer a thousand times the others, unused
+    # by the layer after it: the float model does not see it, an int8 file's
+    # single activation scale for the tensor leaves the other channels nothing
+    # (as real checkpoints' outlier channels do to naive int8; the rotated
+    # residual stream of the int8 modes does not reach inside the MLP).
     model = randomize_weights(keras_vit.VisionTransformer(**TINY, classifier_activation=None))
-    gamma, beta = model.get_layer("encoder_norm").get_weights()
-    gamma[0] = 1000.0
-    model.get_layer("encoder_norm").set_weights([gamma, beta])
-    kernel, bias = model.get_layer("head").get_weights()
+    block = model.get_layer("encoderblock_0")
+    kernel, bias = block.mlp_dense_1.get_weights()
+    bias[0] = 1000.0
+    block.mlp_dense_1.set_weights([kernel, bias])
+    kernel, bias = block.mlp_dense_2.get_weights()
     kernel[0] = 0.0
-    model.get_layer("head").set_weights([kernel, bias])
+    block.mlp_dense_2.set_weights([kernel, bias])
     os.makedirs(tmp_path / "run")
     model.save(tmp_path / "run" / "model.keras")
     data = write_dataset(tmp_path / "data", per_class=8)
