@@ -99,3 +99,28 @@ def test_int8_tflite_of_a_model_with_an_outlier_channel_is_closer_to_keras_rotat
     assert errors[True] < 0.7 * errors[False], errors
     with pytest.raises(TypeError, match="rotate='yes'"):
         keras_vit.export.tflite(model, tmp_path / "x.tflite", rotate="yes")
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the conversion runs on TensorFlow")
+def test_a_rotated_copy_that_changes_the_answers_is_not_quantised(tmp_path, monkeypatch):
+    from keras_vit.export import rotation
+
+    model = with_outlier_channel(
+        keras_vit.VisionTransformer(**{**TINY, "classifier_activation": None})
+    )
+
+    def off_by_one(model, seed=0):
+        copy = rotated_copy(model, seed)
+        head = copy.get_layer("head")
+        head.bias.assign(keras.ops.convert_to_numpy(head.bias) + 1.0)
+        return copy
+
+    monkeypatch.setattr(rotation, "rotated_copy", off_by_one)
+    calibration = np.random.default_rng(3).uniform(0, 255, (8, 16, 16, 3)).astype("float32")
+    with pytest.warns(UserWarning, match=r"differs from it by 1 on the calibration images"):
+        result = keras_vit.export.tflite(
+            model, tmp_path / "vit.tflite", quantization="int8", representative_data=calibration
+        )
+    assert result["rotated"] is False
+    report = keras_vit.export.check_tflite(tmp_path / "vit.tflite", model, calibration)
+    assert report["max_abs_error"] < 0.5  # the model's own answers, not the shifted ones
