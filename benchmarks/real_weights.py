@@ -264,10 +264,10 @@ def with_int8_weights(model):
             continue
         # Output channels: a `(D, 3, heads, head_dim)` q/k/v kernel's last three
         # axes; every other kernel's last axis.
-        inputs = kernel.shape[0] if variable.path.endswith("qkv_kernel") else -1
-        columns = (
-            kernel.reshape(inputs, -1) if inputs != -1 else kernel.reshape(-1, kernel.shape[-1])
-        )
+        if variable.path.endswith("qkv_kernel"):
+            columns = kernel.reshape(kernel.shape[0], -1)
+        else:
+            columns = kernel.reshape(-1, kernel.shape[-1])
         scale = np.maximum(np.abs(columns).max(axis=0, keepdims=True), 1e-30) / 127
         variable.assign((np.round(columns / scale) * scale).reshape(kernel.shape))
     return model
@@ -310,29 +310,21 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
             )
             print(json.dumps(rows[-1]), flush=True)
             continue
-        if mode.endswith("_unrotated"):  # int8 modes without the rotated residual stream
-            path = os.path.join(out, f"classifier_{mode}.tflite")
-            keras_vit.export.tflite(
-                classifier,
-                path,
-                quantization=mode.removesuffix("_unrotated"),
-                representative_data=calibration_images,
-                overwrite=True,
-                rotate=False,
-            )
-            report = keras_vit.export.check_tflite(path, classifier, test_images, latency_runs=20)
-        elif mode == "onnx":
+        if mode == "onnx":
             path = os.path.join(out, "classifier.onnx")
             keras_vit.export.onnx(classifier, path, overwrite=True)
             report = keras_vit.export.check_onnx(path, classifier, test_images, latency_runs=20)
         else:
+            # "<mode>_unrotated": the int8 mode without the rotated residual stream.
+            quantization = mode.removesuffix("_unrotated")
             path = os.path.join(out, f"classifier_{mode}.tflite")
             keras_vit.export.tflite(
                 classifier,
                 path,
-                quantization=None if mode == "none" else mode,
+                quantization=None if quantization == "none" else quantization,
                 representative_data=calibration_images,
                 overwrite=True,
+                rotate=quantization == mode,
             )
             report = keras_vit.export.check_tflite(path, classifier, test_images, latency_runs=20)
         rows.append(

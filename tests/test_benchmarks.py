@@ -9,9 +9,19 @@ import sys
 import pytest
 
 from keras_vit.models import flop_count
-from tests.conftest import BACKEND
+from tests.conftest import BACKEND, randomize_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A one-block ViT for the benchmarks' model-level helpers.
+ONE_BLOCK = dict(
+    patch_size=7,
+    hidden_dim=32,
+    num_layers=1,
+    num_heads=2,
+    mlp_dim=64,
+    input_shape=(28, 28, 1),
+    classes=10,
+)
 
 
 def load_benchmark(name):
@@ -198,15 +208,7 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     import keras_vit
 
     benchmark = load_benchmark("mixed_precision_agreement")
-    model = keras_vit.VisionTransformer(
-        patch_size=7,
-        hidden_dim=32,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=64,
-        input_shape=(28, 28, 1),
-        classes=10,
-    )
+    model = keras_vit.VisionTransformer(**ONE_BLOCK)
     head = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)][-1]
     rng = np.random.default_rng(0)
     head.kernel.assign(rng.normal(0, 1, head.kernel.shape).astype("float32"))
@@ -229,18 +231,7 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
 
     import keras_vit
 
-    model = keras_vit.VisionTransformer(
-        patch_size=7,
-        hidden_dim=32,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=64,
-        input_shape=(28, 28, 1),
-        classes=10,
-    )
-    rng = np.random.default_rng(0)
-    for variable in model.weights:
-        variable.assign(rng.normal(0, 1, variable.shape).astype("float32"))
+    model = randomize_weights(keras_vit.VisionTransformer(**ONE_BLOCK), scale=1.0)
     before = {variable.path: np.asarray(variable) for variable in model.weights}
 
     load_benchmark("real_weights").with_int8_weights(model)
@@ -253,8 +244,10 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
             continue
         kernels += 1
         # Output channels: q/k/v's (heads, head_dim) per projection, else the last axis.
-        inputs = old.shape[0] if variable.path.endswith("qkv_kernel") else -1
-        old_columns = old.reshape(inputs, -1) if inputs != -1 else old.reshape(-1, old.shape[-1])
+        if variable.path.endswith("qkv_kernel"):
+            old_columns = old.reshape(old.shape[0], -1)
+        else:
+            old_columns = old.reshape(-1, old.shape[-1])
         new_columns = new.reshape(old_columns.shape)
         scale = np.abs(old_columns).max(axis=0) / 127
         levels = new_columns / scale
