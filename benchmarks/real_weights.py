@@ -441,6 +441,7 @@ def int8_float_blocks(
         runner = keras_vit.export.TFLiteModel(written(only_block, "only_one_block"))
         served = np.concatenate([runner(image[None]) for image in calibration_images[:ranking]])
         errors[block] = float(np.mean((served - expected) ** 2))
+    os.remove(runner.path)
     print(json.dumps({"logit_mse_with_only_this_block_int8": errors}), flush=True)
     worst_first = sorted(errors, key=errors.get, reverse=True)
     rows = []

@@ -302,6 +302,7 @@ def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
     files = ["int8", "int8_float0", "int8_float1"]
     int8_layers = [int8_dense_layers(tmp_path / f"classifier_{name}.tflite") for name in files]
     assert int8_layers == [9, 8, 4]
+    assert not (tmp_path / "classifier_int8_only_one_block.tflite").exists()
     assert all(0 <= row["top1_agreement"] <= 1 for row in rows)
 
 
