@@ -391,13 +391,7 @@ def int8_float_blocks(
     captured = {}
 
     def calibrate_and_keep(tf, converter, quantization):
-        captured["debugger"] = tf.lite.experimental.QuantizationDebugger(
-            converter=converter,
-            debug_dataset=converter.representative_dataset,
-            debug_options=tf.lite.experimental.QuantizationDebugOptions(
-                denylisted_ops=list(litert.FLOAT_OPS)
-            ),
-        )
+        captured["debugger"] = litert._int8_debugger(tf, converter)
         return captured["debugger"].get_nondebug_quantized_model()
 
     convert, litert._run_converter = litert._run_converter, calibrate_and_keep
@@ -470,18 +464,11 @@ def dense_outputs_by_block(content, blocks):
     TensorFlow names each op after the layers it was traced in
     (`model_1/encoderblock_3_1/mlp_dense_1_1/MatMul;...`).
     """
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from keras_vit.export import litert
 
-    from keras_vit._compat import litert_ops
-
-    interpreter = Interpreter(
-        model_content=content,
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-    )
-    names = {tensor["index"]: tensor["name"] for tensor in interpreter.get_tensor_details()}
     outputs = [
-        names[op["outputs"][0]]
-        for op in litert_ops(interpreter)
+        op["outputs"][0]["name"]
+        for op in litert.graph_ops(content)
         if op["op_name"] == "FULLY_CONNECTED"
     ]
     found = {

@@ -260,18 +260,11 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
 
 def int8_dense_layers(path):
     """How many FULLY_CONNECTED ops of a `.tflite` file take int8 inputs."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from keras_vit.export import litert
 
-    from keras_vit._compat import litert_ops
-
-    interpreter = Interpreter(
-        model_path=path,
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-    )
-    dtypes = {tensor["index"]: tensor["dtype"] for tensor in interpreter.get_tensor_details()}
     return sum(
-        op["op_name"] == "FULLY_CONNECTED" and dtypes[op["inputs"][0]].__name__ == "int8"
-        for op in litert_ops(interpreter)
+        op["op_name"] == "FULLY_CONNECTED" and op["inputs"][0]["dtype"].__name__ == "int8"
+        for op in litert.graph_ops(path)
     )
 
 

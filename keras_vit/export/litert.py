@@ -94,16 +94,20 @@ def calibration_images(representative_data, image_shape, count=128):
     return images
 
 
-def _run_converter(tf, converter, quantization):
-    if quantization != "int8":
-        return converter.convert()
-    # The public way to quantise all but some op types.
-    debugger = tf.lite.experimental.QuantizationDebugger(
+def _int8_debugger(tf, converter):
+    """LiteRT's quantisation debugger on `converter`, calibrated, `FLOAT_OPS` left float."""
+    return tf.lite.experimental.QuantizationDebugger(
         converter=converter,
         debug_dataset=converter.representative_dataset,
         debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(FLOAT_OPS)),
     )
-    return debugger.get_nondebug_quantized_model()
+
+
+def _run_converter(tf, converter, quantization):
+    if quantization != "int8":
+        return converter.convert()
+    # The public way to quantise all but some op types.
+    return _int8_debugger(tf, converter).get_nondebug_quantized_model()
 
 
 def _convert(model, quantization, calibration, allow_flex, image_size=None):
@@ -153,14 +157,32 @@ def _convert(model, quantization, calibration, allow_flex, image_size=None):
             raise
 
 
-def op_counts(path_or_content):
-    """`{op name: count}` of a `.tflite` model's graph (before delegation)."""
+def graph_ops(path_or_content):
+    """The ops of a `.tflite` model's graph (before delegation), in order.
+
+    Each is `{"op_name": ..., "inputs": [...], "outputs": [...]}`, its
+    tensors as the interpreter details them (`name`, `dtype`, `shape`,
+    `quantization_parameters`, ...), None for an absent optional input.
+    """
     from ai_edge_litert.interpreter import Interpreter
 
     content = _read(path_or_content)
     interpreter = Interpreter(model_content=content, experimental_op_resolver_type=_no_delegate())
+    tensors = {tensor["index"]: tensor for tensor in interpreter.get_tensor_details()}
+    return [
+        {
+            "op_name": op["op_name"],
+            "inputs": [tensors.get(index) for index in op["inputs"]],
+            "outputs": [tensors.get(index) for index in op["outputs"]],
+        }
+        for op in litert_ops(interpreter)
+    ]
+
+
+def op_counts(path_or_content):
+    """`{op name: count}` of a `.tflite` model's graph (before delegation)."""
     counts = {}
-    for op in litert_ops(interpreter):
+    for op in graph_ops(path_or_content):
         counts[op["op_name"]] = counts.get(op["op_name"], 0) + 1
     return dict(sorted(counts.items()))
 
