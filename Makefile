@@ -77,7 +77,7 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 # The inner loop: one backend, the tests not marked slow (no training runs,
-# fresh interpreters or exports), in about 1.5 minutes.
+# fresh interpreters or exports), in 1.5 to 2.6 minutes.
 QUICK_BACKEND ?= tensorflow
 test-quick: setup
 	KERAS_BACKEND=$(QUICK_BACKEND) $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
