@@ -634,6 +634,14 @@ def finetune(
     return rows
 
 
+def print_gemm_rate():
+    """The day's fp32 GEMM rate, printed before timed rows (latencies follow it)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from main_job_vs_cnn import gemm_gflops
+
+    print(json.dumps({"gemm_fp32_gflops": gemm_gflops()}), flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -709,18 +717,12 @@ def main(argv=None):
             ema_momentum=args.ema,
         )
     elif args.command == "float-blocks":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from main_job_vs_cnn import gemm_gflops
-
-        print(json.dumps({"gemm_fp32_gflops": gemm_gflops()}), flush=True)
+        print_gemm_rate()
         int8_float_blocks(args.out, args.image_size, args.test_images, counts=args.counts)
     elif args.command == "merge":
         merging(args.out, args.image_size, args.test_images, args.r, not args.no_litert)
     elif args.command == "exports":
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from main_job_vs_cnn import gemm_gflops
-
-        print(json.dumps({"gemm_fp32_gflops": gemm_gflops()}), flush=True)
+        print_gemm_rate()
         exports(args.out, args.image_size, args.test_images, modes=args.modes)
     elif args.command == "parity":
         print(json.dumps(parity(args.checkpoint, args.image_size, args.images)))
