@@ -33,10 +33,25 @@ ALLOWED = {
 # (standard library only: the console script loads it first) sit below them all.
 BELOW_ALL = {"_compat", "_native_output"}
 ALLOWED = {part: allowed | BELOW_ALL for part, allowed in ALLOWED.items()}
+# The root (the library floor whole) where every part of the library is allowed.
+ALLOWED = {
+    part: allowed | ({"keras_vit"} if LIBRARY <= allowed else set())
+    for part, allowed in ALLOWED.items()
+}
+
+
+# The package root: `import keras_vit` (or a name it exports) loads the whole
+# library floor, models included.
+ROOT_PACKAGE = "keras_vit"
+PARTS = set(ALLOWED) | {"cli"} | BELOW_ALL
 
 
 def imported_parts(path):
-    """The keras_vit sub-packages a module imports, at any depth (lazy imports too)."""
+    """The keras_vit sub-packages a module imports, at any depth (lazy imports too).
+
+    A bare `import keras_vit`, or a name the package root exports (`from
+    keras_vit import VisionTransformer`), counts as `"keras_vit"`: the root.
+    """
     tree = ast.parse(open(path).read(), path)
     parts = set()
     for node in ast.walk(tree):
@@ -44,12 +59,16 @@ def imported_parts(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            if node.module == ROOT_PACKAGE:
+                names = [f"{ROOT_PACKAGE}.{alias.name}" for alias in node.names]
+            else:
+                names = [node.module]
         for name in names:
             pieces = name.split(".")
-            if pieces[0] == "keras_vit" and len(pieces) > 1:
-                parts.add(pieces[1])
-    return parts & (set(ALLOWED) | {"cli"} | BELOW_ALL)
+            if pieces[0] != ROOT_PACKAGE:
+                continue
+            parts.add(pieces[1] if len(pieces) > 1 and pieces[1] in PARTS else ROOT_PACKAGE)
+    return parts & (PARTS | {ROOT_PACKAGE})
 
 
 def modules_of(folder):
@@ -70,9 +89,12 @@ def test_every_part_imports_only_the_parts_below_it():
         for path in sorted(modules_of(os.path.join(PACKAGE, part))):
             found = imported_parts(path)
             name = os.path.relpath(path, ROOT)
-            violations += [f"{name} imports keras_vit.{other}" for other in sorted(found - allowed)]
+            violations += [
+                f"{name} imports {'the package root' if other == ROOT_PACKAGE else other}"
+                for other in sorted(found - allowed)
+            ]
     violations += [
-        f"keras_vit/_compat.py imports keras_vit.{other}"
+        f"keras_vit/_compat.py imports {other}"
         for other in sorted(imported_parts(os.path.join(PACKAGE, "_compat.py")))
     ]
     assert not violations, "\n".join(violations)
@@ -115,6 +137,20 @@ def test_the_check_sees_lazy_imports(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from keras_vit import weights as w\n    import keras_vit.cli\n")
     assert imported_parts(str(path)) == {"weights", "cli"}
+
+
+def test_the_check_sees_the_package_root(tmp_path):
+    # `weights` once imported the root to rebuild a `.keras` file's model.
+    for source in (
+        "def f():\n    import keras_vit  # noqa\n",
+        "from keras_vit import VisionTransformer\n",
+        "from keras_vit import models\n",
+    ):
+        path = tmp_path / "probe.py"
+        path.write_text(source)
+        found = imported_parts(str(path))
+        assert found == ({"models"} if "models" in source else {"keras_vit"}), source
+    assert "keras_vit" not in ALLOWED["weights"] and "keras_vit" in ALLOWED["training"]
 
 
 def test_the_check_sees_every_module_of_a_part():

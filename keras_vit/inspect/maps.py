@@ -8,7 +8,7 @@ through a second functional graph over the same layers and weights.
 import keras
 import numpy as np
 
-from keras_vit.models.vision_transformer import default_image_size, encoder_blocks, patch_pixels
+from keras_vit.models.anatomy import default_image_size, encoder_blocks, patch_pixels
 
 
 def token_layout(model, image_size=None):

@@ -1,72 +1,52 @@
-"""The model that a checkpoint file describes, built with its weights."""
+"""Models built from checkpoints: resolve the arguments, construct, load the weights."""
 
 import inspect
-import os
 
-from keras_vit.models.variants import WIDTHS
-from keras_vit.models.vision_transformer import (
+from keras_vit import weights as checkpoints
+from keras_vit.models.checkpoint_arguments import (
     FROM_CHECKPOINT,
-    VisionTransformer,
-    in_data_format,
-    resolve_data_format,
+    checked_path,
+    checkpoint_architecture,
+    resolve,
 )
-from keras_vit.weights import hub
-from keras_vit.weights.architecture import infer_architecture
-from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_tensors, reading_once
-
-# The paper's head count of each width: for files that record no head count.
-_HEADS_BY_WIDTH = {hidden_dim: heads for hidden_dim, _, heads, _ in WIDTHS.values()}
+from keras_vit.models.image_input import in_data_format, resolve_data_format
+from keras_vit.models.vision_transformer import VisionTransformer
 
 
-def _checked_path(path, argument):
-    path = os.fspath(hub.checkpoint_file(path))
-    if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
-        raise ValueError(
-            f"{argument}={path!r} is not an existing checkpoint file ending in one "
-            f"of {', '.join(CHECKPOINT_SUFFIXES)}."
-        )
-    return path
+def _constructor_defaults(model_class):
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(model_class.__init__).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
 
 
-def checkpoint_architecture(path, num_heads=None, argument="path"):
-    """The `VisionTransformer` arguments that reproduce a checkpoint file's model.
+def build(weights, given, model_class=VisionTransformer):
+    """A model built with `weights=`: resolve its arguments, construct it, load the weights.
 
-    What the file shows and records (see
-    `keras_vit.weights.architecture.infer_architecture`); the head count of
-    a file that records none (PyTorch layouts without `config.json`) is
-    `num_heads`, else the paper's for the file's width.
+    The builders' (and `VisionTransformer(..., weights=...)`'s) three steps,
+    as timm's `build_model_with_cfg` and keras-hub's `from_preset` take
+    them: what the user left unset in `given` is the checkpoint's
+    (`checkpoint_arguments.resolve`, which reads no weight and downloads
+    nothing, and refuses a contradiction before anything is built); a
+    registered name is downloaded once; the model is constructed from plain
+    values; the weights are loaded. A file is read once for all of it.
 
     Args:
-        path: a checkpoint file (official `.npz`, Hugging Face or timm
-            `.safetensors`, `.bin` / `.pth` with torch, a keras_vit `.keras`).
-        num_heads: the head count, where the file records none.
-        argument: the name under which the caller took `path`, for errors.
+        weights: a registered name, a `hf-hub:` id, or a checkpoint file.
+        given: `{argument: value}` of the constructor arguments the user set.
+        model_class: `VisionTransformer` or a subclass.
 
     Returns:
-        dict of `VisionTransformer` arguments.
-
-    Example:
-
-    ```python
-    keras_vit.models.checkpoint_architecture("ViT-B_16.npz")["hidden_dim"]  # 768
-    ```
+        The model, with the checkpoint's weights.
     """
-    path = _checked_path(path, argument)
-    _, arguments = infer_architecture(path, read_tensors(path), num_heads)
-    if num_heads is not None and num_heads != arguments["num_heads"]:
-        raise ValueError(
-            f"num_heads={num_heads!r} contradicts the checkpoint {argument}={path!r}, whose "
-            f"model has num_heads={arguments['num_heads']!r}. Leave num_heads unset."
-        )
-    if arguments["num_heads"] is None:
-        width = arguments["hidden_dim"]
-        if width not in _HEADS_BY_WIDTH:
-            raise ValueError(
-                f"{path!r}: the head count of a width-{width} ViT is not in the "
-                "checkpoint, a config.json or the variant table; pass num_heads."
-            )
-        arguments["num_heads"] = _HEADS_BY_WIDTH[width]
-    return arguments
+    weights = checkpoints.hub.checkpoint_file(weights)  # a Hub id is its file
+    with checkpoints.reading_once():
+        arguments, variant = resolve(weights, given, _constructor_defaults(model_class))
+        path, _ = checkpoints.resolve(weights, variant)
+        model = model_class(**arguments)
+        checkpoints.load(model, path, arguments["resample_method"])
+    return model
 
 
 def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
@@ -93,7 +73,7 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
             `config.json` and a width outside the paper's table.
         resample_method: `"bicubic"`, `"bicubic_antialias"` or `"bilinear"`
             position resampling; `None`: the checkpoint's own (see
-            `keras_vit.weights.source_resample_method`).
+            `keras_vit.models.checkpoint_arguments.source_resample_method`).
         **overrides: `VisionTransformer` arguments.
 
     Returns:
@@ -105,7 +85,7 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     model = keras_vit.from_checkpoint("ViT-B_16.npz", input_shape=(384, 384, 3), classes=10)
     ```
     """
-    path = _checked_path(path, "path")
+    path = checked_path(path, "path")
     unknown = set(overrides) - set(inspect.signature(VisionTransformer).parameters)
     if unknown:
         raise TypeError(
@@ -116,9 +96,9 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
             f"from_checkpoint loads path={path!r}; it takes no `weights`. Received: "
             f"weights={overrides['weights']!r}"
         )
-    with reading_once():  # for its shapes here, then by the builder: one read
+    with checkpoints.reading_once():  # for its shapes here, then its weights: one read
         arguments = checkpoint_architecture(path, num_heads)
-        # The architecture from here; the builder takes the function (GELU form,
+        # The architecture from here; `build` takes the function (GELU form,
         # tokens, normalisation, head, resampling) from the file as it does for
         # any `weights=`, and refuses an override that contradicts it.
         architecture = {k: v for k, v in arguments.items() if k not in FROM_CHECKPOINT}
@@ -131,4 +111,4 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
             architecture["pooling"] = None  # an encoder's file: its tokens
         if resample_method is not None:
             architecture["resample_method"] = resample_method
-        return VisionTransformer(**{**architecture, **overrides}, weights=path)
+        return build(path, {**architecture, **overrides})

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_vit.models.vision_transformer import _pixel_rescaling, resolve_data_format
+from keras_vit.models.image_input import pixel_rescaling, resolve_data_format
 
 
 def preprocess_input(x, data_format=None, normalization=None):
@@ -41,7 +41,7 @@ def preprocess_input(x, data_format=None, normalization=None):
     if normalization is None:
         return x
     axis = -3 if data_format == "channels_first" else -1
-    rescaling = _pixel_rescaling(normalization, x.shape[axis])
+    rescaling = pixel_rescaling(normalization, x.shape[axis])
     shape = (-1, 1, 1) if data_format == "channels_first" else (-1,)
     scale = np.reshape(np.asarray(rescaling["scale"], "float32"), shape)
     offset = np.reshape(np.asarray(rescaling["offset"], "float32"), shape)

@@ -1,275 +1,48 @@
-"""The Vision Transformer as a functional Keras model, and its builders."""
+"""The Vision Transformer as a functional Keras model."""
 
 import contextlib
 import inspect
-import os
 import typing
 
 import keras
 import numpy as np
 
 from keras_vit import layers as vit_layers
-from keras_vit import weights as checkpoints
 from keras_vit.layers.patch_embedding import _pair
-from keras_vit.models.variants import (
-    PUBLISHED,
-    decode_variant,
-    parameter_count,
-    variant_name,
+from keras_vit.models.image_input import (
+    DEFAULT_INPUT_SHAPE,
+    channels_last,
+    pixel_rescaling,
+    resolve_data_format,
+    validate_input_shape,
 )
-from keras_vit.weights import encoder_blocks
 
 # keras.applications' "avg" is the paper's "gap" (the mean of the patch tokens).
 POOLINGS = ("token", "gap", "avg", "max", "token_gap", "map")
-DEFAULT_INPUT_SHAPE = (224, 224, 3)
-DATA_FORMATS = ("channels_last", "channels_first")
 
 
-def resolve_data_format(data_format):
-    """`data_format`, `None` as `keras.config.image_data_format()`, or a clear error."""
-    resolved = data_format or keras.config.image_data_format()
-    if resolved not in DATA_FORMATS:
-        raise ValueError(
-            f"`data_format` must be one of {DATA_FORMATS} or None. "
-            f"Received: data_format={data_format!r}"
-        )
-    return resolved
+class _BuiltWithWeights(type):
+    """`VisionTransformer(..., weights=...)` is a builder's call: resolve, construct, load.
 
-
-def channels_last(shape, data_format):
-    """An image shape in the layout of `data_format` as `(height, width, channels)`."""
-    return (*shape[1:], shape[0]) if data_format == "channels_first" else tuple(shape)
-
-
-def in_data_format(shape, data_format):
-    """An image shape `(height, width, channels)` in the layout of `data_format`."""
-    return (shape[-1], *shape[:-1]) if data_format == "channels_first" else tuple(shape)
-
-
-# Pixel statistics (in [0, 1] units) that checkpoints were trained with.
-NORMALIZATIONS = {
-    "inception": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # [-1, 1], the paper's
-    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # DeiT, DINO, MAE
-}
-
-
-def _pixel_rescaling(normalization, channels):
-    """`Rescaling` arguments mapping `[0, 255]` pixels to `(x/255 - mean) / std`."""
-    if isinstance(normalization, str):
-        if normalization not in NORMALIZATIONS:
-            raise ValueError(
-                f"`normalization` must be one of {tuple(NORMALIZATIONS)} or a "
-                f"(mean, std) pair. Received: normalization={normalization!r}"
-            )
-        if normalization == "inception":  # one scalar scale for any channel count
-            return {"scale": 1.0 / 127.5, "offset": -1.0}
-        normalization = NORMALIZATIONS[normalization]
-    try:
-        mean, std = (np.asarray(v, dtype="float64").reshape(-1) for v in normalization)
-    except (TypeError, ValueError):
-        raise ValueError(
-            "`normalization` must be a name or a (mean, std) pair of per-channel "
-            f"values in [0, 1] units. Received: normalization={normalization!r}"
-        ) from None
-    if len(mean) != channels or len(std) != channels or np.any(std <= 0):
-        raise ValueError(
-            f"`normalization` needs {channels} means and {channels} positive "
-            f"stds for {channels}-channel images. Received: "
-            f"normalization={normalization!r}"
-        )
-    return {
-        "scale": [float(v) for v in 1.0 / (255.0 * std)],
-        "offset": [float(v) for v in -mean / std],
-    }
-
-
-def _validate_input_shape(input_shape, input_tensor, data_format):
-    """The input shape, in `data_format`'s layout, of the user's arguments, or a clear error."""
-    if input_tensor is not None:
-        if not keras.backend.is_keras_tensor(input_tensor):
-            raise TypeError(
-                "`input_tensor` must be a Keras tensor (from `keras.Input`). "
-                f"Received: input_tensor={input_tensor!r}"
-            )
-        tensor_shape = tuple(input_tensor.shape[1:])
-        if input_shape is not None and tuple(input_shape) != tensor_shape:
-            raise ValueError(
-                f"input_shape={tuple(input_shape)} does not match the shape "
-                f"{tensor_shape} of input_tensor."
-            )
-        input_shape = tensor_shape
-    if input_shape is None:
-        return in_data_format(DEFAULT_INPUT_SHAPE, data_format)
-    input_shape = tuple(input_shape) if isinstance(input_shape, (list, tuple)) else input_shape
-    if (
-        not isinstance(input_shape, tuple)
-        or len(input_shape) != 3
-        or not all(s is None or (isinstance(s, int) and s > 0) for s in input_shape)
-        or channels_last(input_shape, data_format)[-1] is None
-    ):
-        layout = "(height, width, channels)"
-        if data_format == "channels_first":
-            layout = "(channels, height, width)"
-        raise ValueError(
-            f"`input_shape` must be {layout} ({data_format}) with positive "
-            "ints, height and width `None` for images of any size. "
-            f"Received: input_shape={input_shape!r}"
-        )
-    return input_shape
-
-
-class _FromWeights:
-    """The default of an argument that a checkpoint decides (see `VisionTransformer`)."""
-
-    def __init__(self, default):
-        self.default = default
-
-    def __repr__(self):
-        return f"<the checkpoint's, else {self.default!r}>"
-
-
-# What the encoder computes: with `weights=`, the checkpoint's, and a
-# contradicting choice is an error.
-_ENCODER_DEFAULTS = {
-    "normalization": "inception",
-    "class_token": True,
-    "distillation_token": False,
-    "num_register_tokens": 0,
-    "layer_scale_init": None,
-    "approximate_gelu": True,
-    "layer_norm_epsilon": 1e-6,
-}
-# The head's shape: the checkpoint's unless the user chooses another head.
-_HEAD_DEFAULTS = {"pooling": "token", "representation_size": None}
-# The head's class count, as the input size: a checkpoint file's own (its
-# head's, its position table's) unless set; a set one gives a new head, or
-# the table resampled.
-_SHAPE_DEFAULTS = {"classes": 1000}
-# How the position table moves to other grids, and the image size it is laid
-# out for (a model of run-time resolution): the checkpoint's unless set.
-_RESOLUTION_DEFAULTS = {"resample_method": "bicubic", "base_image_size": None}
-_FROM_WEIGHTS = {
-    name: _FromWeights(value)
-    for name, value in {
-        **_ENCODER_DEFAULTS,
-        **_HEAD_DEFAULTS,
-        **_RESOLUTION_DEFAULTS,
-        **_SHAPE_DEFAULTS,
-    }.items()
-}
-# What a builder given `weights=` takes from the checkpoint unless set.
-FROM_CHECKPOINT = frozenset(_FROM_WEIGHTS)
-# The builder arguments that a checkpoint's shapes fix, and the weight that shows each.
-_ARCHITECTURE_WEIGHTS = {
-    "patch_size": "patch_embedding/kernel",
-    "hidden_dim": "patch_embedding/kernel",
-    "mlp_dim": "encoderblock_0/mlp_dense_1/kernel",
-    "num_heads": "encoderblock_0/attention/qkv_kernel",
-    "num_layers": "encoderblock_{last}",
-}
-
-
-def _same_normalization(first, second, channels):
-    a, b = _pixel_rescaling(first, channels), _pixel_rescaling(second, channels)
-    return all(np.allclose(a[key], b[key], rtol=1e-6, atol=1e-8) for key in a)
-
-
-def _weight_shape(name, arguments):
-    """The shape that the builder `arguments` give the weight that shows `name`."""
-    patch_height, patch_width = _pair(arguments["patch_size"], "patch_size")
-    width = arguments["hidden_dim"]
-    if name in ("patch_size", "hidden_dim"):
-        return (patch_height, patch_width, arguments["input_shape"][-1], width)
-    if name == "mlp_dim":
-        return (width, arguments["mlp_dim"])
-    if name == "num_heads":
-        return (width, 3, arguments["num_heads"], width // arguments["num_heads"])
-    return None
-
-
-def _check_architecture(source, weights, asked):
-    """A checkpoint file whose shapes are not the model's: a `ValueError` naming both.
-
-    `source` holds the file's architecture (its shapes, read by the
-    checkpoint reader); `asked` the builder's. Every difference is named,
-    with the weight that shows it.
+    The constructor takes plain values and reads nothing. Given `weights`,
+    the call resolves the arguments the checkpoint implies for those the
+    user left unset (`keras_vit.models.checkpoint_arguments`), constructs
+    the model with them, then loads the weights, as the `ViT*` builders and
+    `from_checkpoint` do (`keras_vit.models.checkpoint.build`).
     """
-    differences, ours = [], {**source, **asked}
-    for name, value in asked.items():
-        if name not in source:
-            continue  # a registered name, or a Keras weights file: loading checks them
-        theirs = source[name]
-        if name == "patch_size":
-            theirs, value = _pair(theirs, name), _pair(value, name)
-        if theirs == value:
-            continue
-        weight = _ARCHITECTURE_WEIGHTS[name]
-        if name == "num_layers":
-            shown = (
-                f"its last block is {weight.format(last=theirs - 1)!r}, the model's "
-                f"{weight.format(last=value - 1)!r}"
-            )
-        else:
-            shown = (
-                f"its {weight!r} has shape {_weight_shape(name, source)}, the model's "
-                f"{_weight_shape(name, ours)}"
-            )
-        differences.append((name, theirs, value, shown))
-    if differences:
-        raise ValueError(
-            f"weights={os.fspath(weights)!r} holds a ViT of "
-            + ", ".join(f"{name}={theirs!r}" for name, theirs, _, _ in differences)
-            + ", not the "
-            + ", ".join(f"{name}={value!r}" for name, _, value, _ in differences)
-            + " of the model asked for: "
-            + "; ".join(dict.fromkeys(shown for *_, shown in differences))  # each weight once
-            + ". Build the model with "
-            + ", ".join(f"{name}={theirs!r}" for name, theirs, _, _ in differences)
-            + ", or let keras_vit.from_checkpoint read the whole architecture "
-            "from the file."
-        )
 
+    def __call__(cls, *args, weights=None, **kwargs):
+        if weights is None:
+            return super().__call__(*args, **kwargs)
+        from keras_vit.models.checkpoint import build  # (it constructs this class)
 
-def _checkpoint_function(given, source, recorded, weights, input_channels):
-    """The function arguments of a model built with `weights=`.
-
-    Arguments the user left unset take the checkpoint's values (`source`:
-    what the checkpoint reader found, `recorded`: the names the file
-    itself records). A set one that contradicts what the checkpoint
-    records of its encoder is a `ValueError` naming both; one that only
-    departs from its format's convention (an official `.npz` records no
-    GELU form) is the user's.
-    """
-    chosen = {}
-    for name, value in given.items():
-        unset = isinstance(value, _FromWeights) or (name == "normalization" and value is None)
-        if unset:
-            chosen[name] = source.get(name, _FROM_WEIGHTS[name].default)
-            if chosen[name] is None and name in ("pooling", "normalization"):
-                # A pre-training model's file pools nothing: a classifier's default.
-                chosen[name] = _FROM_WEIGHTS[name].default
-            continue
-        chosen[name] = value
-        if name not in _ENCODER_DEFAULTS or name not in recorded:
-            continue  # another head, or departing from a format's convention: the user's
-        theirs = source[name]
-        if name == "layer_scale_init":
-            agree = (value is None) == (theirs is None)  # its values come from the file
-        elif name == "normalization":
-            agree = _same_normalization(value, theirs, input_channels)
-        else:
-            agree = value == theirs
-        if not agree:
-            raise ValueError(
-                f"{name}={value!r} contradicts the checkpoint weights={os.fspath(weights)!r}, "
-                f"whose model has {name}={theirs!r}. Leave {name} unset to build the "
-                "checkpoint's function, or use another checkpoint."
-            )
-    return chosen
+        given = inspect.signature(cls.__init__).bind_partial(None, *args, **kwargs).arguments
+        del given["self"]
+        return build(weights, given, cls)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class VisionTransformer(keras.Model):
+class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
     """A Vision Transformer (Dosovitskiy et al. 2020): a functional Keras model.
 
     The image is rescaled to `[-1, 1]` (with `include_rescaling`), cut into
@@ -447,20 +220,19 @@ class VisionTransformer(keras.Model):
         mlp_dim=3072,
         *,
         include_top=True,
-        weights=None,
         input_tensor=None,
         input_shape=None,
         data_format=None,
         pad_to_patches=False,
-        pooling=_FROM_WEIGHTS["pooling"],
-        classes=_FROM_WEIGHTS["classes"],
+        pooling="token",
+        classes=1000,
         classifier_activation="softmax",
         include_rescaling=True,
-        normalization=_FROM_WEIGHTS["normalization"],
-        representation_size=_FROM_WEIGHTS["representation_size"],
-        class_token=_FROM_WEIGHTS["class_token"],
-        distillation_token=_FROM_WEIGHTS["distillation_token"],
-        num_register_tokens=_FROM_WEIGHTS["num_register_tokens"],
+        normalization="inception",
+        representation_size=None,
+        class_token=True,
+        distillation_token=False,
+        num_register_tokens=0,
         stem_filters=None,
         stem_strides=None,
         stem_downsampling="convolution",
@@ -469,11 +241,11 @@ class VisionTransformer(keras.Model):
         attention_dropout_rate=0.0,
         drop_path_rate=0.0,
         patch_dropout_rate=0.0,
-        layer_scale_init=_FROM_WEIGHTS["layer_scale_init"],
-        approximate_gelu=_FROM_WEIGHTS["approximate_gelu"],
-        layer_norm_epsilon=_FROM_WEIGHTS["layer_norm_epsilon"],
-        base_image_size=_FROM_WEIGHTS["base_image_size"],
-        resample_method=_FROM_WEIGHTS["resample_method"],
+        layer_scale_init=None,
+        approximate_gelu=True,
+        layer_norm_epsilon=1e-6,
+        base_image_size=None,
+        resample_method="bicubic",
         seed=None,
         remat=False,
         name="vision_transformer",
@@ -481,32 +253,25 @@ class VisionTransformer(keras.Model):
         dtype=None,
     ):
         given = {key: value for key, value in locals().items() if key in _ARGUMENTS}
-        # A Hub checkpoint is its file (downloaded once): read like any other.
-        weights = checkpoints.hub.checkpoint_file(weights)
-        # A checkpoint file is read for its shapes, then for its weights: once.
-        reading = contextlib.nullcontext() if weights is None else checkpoints.reading_once()
-        with reading:
-            # Everything is checked before any weight is created or downloaded.
-            arguments, variant = _resolve_checkpoint(given, weights, input_tensor)
-            plan = _plan(arguments)
-            weights_path = None if weights is None else checkpoints.resolve(weights, variant)[0]
-            # A configuration names its dtype policy; layers take the global one.
-            with _global_dtype_policy(dtype):
-                if input_tensor is None:
-                    images = inputs = keras.Input(shape=arguments["input_shape"], name="images")
-                else:
-                    images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
-                super().__init__(inputs, _assemble(images, arguments, plan), name=name)
-            self.trainable = trainable
-            self._sizes_checked = frozenset()  # input sizes that `_check_image_size` passed
-            # What `get_config` returns: the arguments as resolved (a checkpoint's
-            # values in place of its defaults), so a file rebuilds this function.
-            self._arguments = arguments
-            self._grafted = input_tensor is not None and not (
-                len(inputs) == 1 and inputs[0] is input_tensor
-            )
-            if weights_path is not None:
-                checkpoints.load(self, weights_path, arguments["resample_method"])
+        # Everything is checked before any weight is created.
+        arguments = _checked_arguments(given, input_tensor)
+        plan = _plan(arguments)
+        # A configuration names its dtype policy; layers take the global one.
+        with _global_dtype_policy(dtype):
+            if input_tensor is None:
+                images = inputs = keras.Input(shape=arguments["input_shape"], name="images")
+            else:
+                images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
+            super().__init__(inputs, _assemble(images, arguments, plan), name=name)
+        self.trainable = trainable
+        self._sizes_checked = frozenset()  # input sizes that `_check_image_size` passed
+        # What `get_config` returns: the arguments as checked (with `weights=`,
+        # a checkpoint's values in place of the defaults), so a file rebuilds
+        # this function.
+        self._arguments = arguments
+        self._grafted = input_tensor is not None and not (
+            len(inputs) == 1 and inputs[0] is input_tensor
+        )
 
     def fit(self, x=None, *args, **kwargs):
         self._check_image_size(x)
@@ -575,13 +340,48 @@ def _batch_shape(x):
     return None if shape is None else tuple(None if s is None else int(s) for s in shape)
 
 
-# The arguments that a model's configuration holds (all but `weights`,
-# `input_tensor` and what Keras keeps itself: name, trainable, dtype).
+# The arguments that a model's configuration holds (all but `input_tensor`
+# and what Keras keeps itself: name, trainable, dtype).
 _ARGUMENTS = tuple(
     name
-    for name in inspect.signature(VisionTransformer).parameters
-    if name not in ("weights", "input_tensor", "name", "trainable", "dtype")
+    for name in inspect.signature(VisionTransformer.__init__).parameters
+    if name not in ("self", "input_tensor", "name", "trainable", "dtype")
 )
+
+
+def _signature_with_weights(constructor):
+    """The constructor's signature with the call's `weights` (see `_BuiltWithWeights`)."""
+    parameters = list(inspect.signature(constructor).parameters.values())[1:]
+    at = [p.name for p in parameters].index("include_top") + 1
+    weights = inspect.Parameter("weights", inspect.Parameter.KEYWORD_ONLY, default=None)
+    return inspect.Signature(parameters[:at] + [weights] + parameters[at:])
+
+
+VisionTransformer.__signature__ = _signature_with_weights(VisionTransformer.__init__)
+
+
+def _checked_arguments(given, input_tensor):
+    """The constructor's arguments in the form `get_config` keeps, the input's checked."""
+    arguments = dict(given)
+    arguments["patch_size"] = _pair(given["patch_size"], "patch_size")
+    arguments["data_format"] = data_format = resolve_data_format(given["data_format"])
+    input_shape = validate_input_shape(given["input_shape"], input_tensor, data_format)
+    arguments["input_shape"] = input_shape
+    if given["normalization"] is None:  # (with `weights=`: the checkpoint's)
+        arguments["normalization"] = "inception"
+    input_shape = channels_last(input_shape, data_format)
+    if None not in input_shape[:2]:
+        base_image_size = given["base_image_size"]
+        if base_image_size is not None:
+            if _pair(base_image_size, "base_image_size") != tuple(input_shape[:2]):
+                raise ValueError(
+                    "base_image_size sets the table of a model of run-time resolution "
+                    "(input_shape with None height and width); a fixed-size model's "
+                    f"table is laid out for its input. Received: base_image_size="
+                    f"{base_image_size!r}, input_shape={input_shape!r}"
+                )
+        arguments["base_image_size"] = None  # the table is laid out for the input
+    return arguments
 
 
 @contextlib.contextmanager
@@ -605,58 +405,6 @@ def _changed_in_place(model):
         ):
             return True
     return model.trainable and any(not layer.trainable for layer in model.layers)
-
-
-def _resolve_checkpoint(given, weights, input_tensor):
-    """The builder's arguments with a checkpoint's values where the user left them unset.
-
-    Reads what the checkpoint records (a registered name's entry, a file's
-    shapes and configs): no download, no weight. Also checks that the file's
-    shapes are the model's, and the input shape. Returns the arguments and
-    the variant's name (for the registry).
-    """
-    arguments = dict(given)
-    arguments["patch_size"] = patch_size = _pair(given["patch_size"], "patch_size")
-    arguments["data_format"] = data_format = resolve_data_format(given["data_format"])
-    width, depth, heads, mlp = (
-        given[name] for name in ("hidden_dim", "num_layers", "num_heads", "mlp_dim")
-    )
-    checkpoint = variant = None
-    source, recorded = {}, set()
-    if weights is not None:
-        if patch_size[0] == patch_size[1]:
-            variant = variant_name(patch_size[0], width, depth, heads, mlp)
-        checkpoint = checkpoints.registered(weights, variant)
-        source, recorded = checkpoints.function_arguments(weights, variant, heads)
-        shape = {"patch_size": patch_size, "hidden_dim": width, "num_layers": depth}
-        _check_architecture(source, weights, {**shape, "mlp_dim": mlp, "num_heads": heads})
-    input_shape = given["input_shape"]
-    if input_shape is None and input_tensor is None:
-        if checkpoint is not None:
-            input_shape = (checkpoint.image_size, checkpoint.image_size, 3)
-        elif "input_shape" in source:
-            input_shape = source["input_shape"]
-        if input_shape is not None:  # a checkpoint's images are channels-last
-            input_shape = in_data_format(input_shape, data_format)
-    input_shape = _validate_input_shape(input_shape, input_tensor, data_format)
-    arguments["input_shape"] = input_shape
-    input_shape = channels_last(input_shape, data_format)
-    if isinstance(given["classes"], _FromWeights):
-        arguments["classes"] = source.get("classes", given["classes"].default)
-    function = {name: given[name] for name in _FROM_WEIGHTS if name != "classes"}
-    arguments.update(_checkpoint_function(function, source, recorded, weights, input_shape[-1]))
-    if None not in input_shape[:2]:
-        base_image_size = given["base_image_size"]
-        if not isinstance(base_image_size, _FromWeights) and base_image_size is not None:
-            if _pair(base_image_size, "base_image_size") != tuple(input_shape[:2]):
-                raise ValueError(
-                    "base_image_size sets the table of a model of run-time resolution "
-                    "(input_shape with None height and width); a fixed-size model's "
-                    f"table is laid out for its input. Received: base_image_size="
-                    f"{base_image_size!r}, input_shape={input_shape!r}"
-                )
-        arguments["base_image_size"] = None  # the table is laid out for the input
-    return arguments, variant
 
 
 class _Plan(typing.NamedTuple):
@@ -691,7 +439,7 @@ def _plan(arguments):
         table_size = _pair(a["base_image_size"] or DEFAULT_INPUT_SHAPE[0], "base_image_size")
     else:
         table_size = tuple(input_shape[:2])
-    rescaling = _pixel_rescaling(a["normalization"], input_shape[-1])
+    rescaling = pixel_rescaling(a["normalization"], input_shape[-1])
     stem = None
     if a["stem_filters"] is not None:
         stem = vit_layers.ConvStem(
@@ -871,180 +619,3 @@ def _head(tokens, arguments, num_prefix_tokens):
     if activation is not None:
         x = keras.layers.Activation(activation, name="predictions", dtype=head_dtype)(x)
     return x
-
-
-def takes_channels_first(model):
-    """Whether a ViT takes `(batch, channels, height, width)` images (layer `channels_last`)."""
-    return any(layer.name == "channels_last" for layer in getattr(model, "layers", ()))
-
-
-def image_shape(model):
-    """`(height, width, channels)` of a ViT's images, whichever its `data_format`."""
-    shape = tuple(model.input_shape[1:])
-    return channels_last(shape, "channels_first") if takes_channels_first(model) else shape
-
-
-def default_image_size(model):
-    """`(height, width)` of the images a ViT takes unless told otherwise.
-
-    A fixed-size model's input size; for a model of run-time resolution
-    (`input_shape=(None, None, C)`), the size its position table is laid
-    out for (`base_image_size`), where it computes without resampling.
-    """
-    size = image_shape(model)[:2]
-    if None not in size:
-        return size
-    grid = model.get_layer("position_embedding").grid_size
-    return tuple(g * p for g, p in zip(grid, patch_pixels(model)))
-
-
-def patch_pixels(model):
-    """`(height, width)` in input pixels of one patch of a ViT (a stem's stride included).
-
-    Example:
-
-    >>> model = VisionTransformer(patch_size=1, hidden_dim=8, num_layers=1, num_heads=2,
-    ...                           mlp_dim=16, input_shape=(16, 16, 1), classes=2,
-    ...                           stem_filters=(4, 8), stem_strides=(2, 2))
-    >>> patch_pixels(model)
-    (4, 4)
-    """
-    stride = (
-        model.get_layer("stem").stride if any(layer.name == "stem" for layer in model.layers) else 1
-    )
-    return tuple(side * stride for side in model.get_layer("patch_embedding").patch_size)
-
-
-def feature_extractor(model, blocks=None):
-    """A model that returns the outputs of a ViT's encoder blocks.
-
-    For users who take the model apart (linear probes, dense prediction,
-    inspection): the returned model shares the layers and weights of
-    `model`, takes the same images, and returns a dict of the token
-    sequences after each chosen block (`"encoderblock_{i}"`) and after the
-    final LayerNorm (`"encoder_norm"`).
-
-    Args:
-        model: a model built by `VisionTransformer` or a `ViT*` builder.
-        blocks: iterable of block indices (negative ones count from the
-            end), or `None` for every block.
-
-    Returns:
-        A `keras.Model` mapping images to
-        `{"encoderblock_{i}": (batch, tokens, dim), ..., "encoder_norm": ...}`.
-
-    Example:
-
-    >>> vit = VisionTransformer(
-    ...     patch_size=4, hidden_dim=32, num_layers=3, num_heads=2,
-    ...     mlp_dim=64, input_shape=(16, 16, 3), classes=10,
-    ... )
-    >>> features = feature_extractor(vit, blocks=[0, -1])
-    >>> sorted(features(keras.ops.zeros((1, 16, 16, 3))))
-    ['encoder_norm', 'encoderblock_0', 'encoderblock_2']
-    """
-    block_layers = encoder_blocks(model)
-    indices = range(len(block_layers)) if blocks is None else list(blocks)
-    outputs = {}
-    for index in indices:
-        if not -len(block_layers) <= index < len(block_layers):
-            raise ValueError(
-                f"Block index {index} is out of range for a model with {len(block_layers)} blocks."
-            )
-        layer = block_layers[index]
-        outputs[layer.name] = layer.output
-    outputs["encoder_norm"] = model.get_layer("encoder_norm").output
-    return keras.Model(model.input, outputs, name=f"{model.name}_features")
-
-
-_BUILDER_DOC = """Builds ViT-{variant} ({num_layers} layers, width {hidden_dim}, \
-MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
-
-    A keras.applications-style builder of `VisionTransformer`; with the
-    defaults (224×224×3 inputs, 1000 classes) the model has
-    {params} parameters.
-
-    Args:
-        include_top: bool, whether to end with the classification head.
-        weights: `None`, a registered checkpoint name (e.g.
-            `"imagenet21k"`; see `keras_vit.weights.registry.names("{variant}")`)
-            or the path of a weights file or checkpoint (see
-            `VisionTransformer`).
-        input_tensor: optional Keras tensor to use as the image input.
-        input_shape: `(height, width, channels)`, multiples of the patch size;
-            defaults to the checkpoint's, else `(224, 224, 3)`.
-        pooling: `"token"`, `"gap"` (or `"avg"`), `"max"`, or `None` (with
-            `include_top=False`); see `VisionTransformer` for the others.
-        classes: int, the number of classes; defaults to a checkpoint
-            file's head's, else 1000.
-        classifier_activation: the head's activation; `None` for logits.
-        include_rescaling: bool, whether inputs are `[0, 255]` pixels.
-        name: str, the model's name; defaults to `"{model_name}"`.
-        **kwargs: any other argument of `VisionTransformer` (e.g.
-            `dropout_rate`, `attention_dropout_rate`, `drop_path_rate`,
-            `representation_size`, `approximate_gelu`).
-
-    Returns:
-        A `keras.Model`.
-
-    Example:
-
-    ```python
-    model = keras_vit.{function_name}(input_shape=(384, 384, 3), classes=10)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    ```
-    """
-
-
-def _builder(variant):
-    architecture = decode_variant(variant)
-    function_name = "ViT" + variant.replace("/", "")
-    model_name = "vit_" + variant.replace("/", "").lower()
-
-    def builder(
-        include_top=True,
-        weights=None,
-        input_tensor=None,
-        input_shape=None,
-        pooling=_FROM_WEIGHTS["pooling"],
-        classes=_FROM_WEIGHTS["classes"],
-        classifier_activation="softmax",
-        include_rescaling=True,
-        name=model_name,
-        **kwargs,
-    ):
-        return VisionTransformer(
-            **architecture,
-            include_top=include_top,
-            weights=weights,
-            input_tensor=input_tensor,
-            input_shape=input_shape,
-            pooling=pooling,
-            classes=classes,
-            classifier_activation=classifier_activation,
-            include_rescaling=include_rescaling,
-            name=name,
-            **kwargs,
-        )
-
-    builder.__name__ = builder.__qualname__ = function_name
-    builder.__doc__ = _BUILDER_DOC.format(
-        variant=variant,
-        function_name=function_name,
-        model_name=model_name,
-        params=f"{parameter_count(variant):,}",
-        **architecture,
-    )
-    return builder
-
-
-BUILDERS = {variant: _builder(variant) for variant in PUBLISHED}
-ViTTi16 = BUILDERS["Ti/16"]
-ViTS16 = BUILDERS["S/16"]
-ViTS32 = BUILDERS["S/32"]
-ViTB8 = BUILDERS["B/8"]
-ViTB16 = BUILDERS["B/16"]
-ViTB32 = BUILDERS["B/32"]
-ViTL16 = BUILDERS["L/16"]
-ViTL32 = BUILDERS["L/32"]
-ViTH14 = BUILDERS["H/14"]

@@ -2,18 +2,16 @@
 
 Keras files and foreign checkpoints (official `.npz`, Hugging Face, timm),
 mapped to one layout of weight paths. This part sits below
-`keras_vit.models`: the builders resolve `weights=` through it, and
-`keras_vit.from_checkpoint` (a builder of the model a file describes) is
-theirs.
+`keras_vit.models` and builds no model: it reads files, maps their names
+and assigns arrays; what a checkpoint says of its model's arguments is
+`keras_vit.models.checkpoint_arguments`'.
 """
 
 import os
 import re
 
 from keras_vit.weights import hub, registry
-from keras_vit.weights.architecture import infer_architecture, source_resample_method
-from keras_vit.weights.converters import to_canonical
-from keras_vit.weights.converters.huggingface import IMAGENET_MODEL_TYPES
+from keras_vit.weights.converters import huggingface, to_canonical
 from keras_vit.weights.readers import (
     CHECKPOINT_SUFFIXES,
     read_json_beside,
@@ -198,8 +196,8 @@ def load(model, path, resample_method=None):
     count, a pre-training model's encoder), official `.npz`, Hugging Face
     and timm checkpoints are matched by weight path and checked first (see
     `assign_canonical`). `resample_method` (`None`: the one the
-    checkpoint's own code uses, see `source_resample_method`) moves the
-    position grid to the model's.
+    checkpoint's own code uses, see `converters.huggingface.resample_method`)
+    moves the position grid to the model's.
 
     Returns:
         `model`.
@@ -213,92 +211,6 @@ def load(model, path, resample_method=None):
         model,
         canonical,
         source=f"{layout} checkpoint {path!r}",
-        resample_method=resample_method or source_resample_method(path),
+        resample_method=resample_method or huggingface.resample_method(path),
     )
     return model
-
-
-# What a checkpoint's tensors themselves show (token layout, LayerScale, head).
-_SHOWN_BY_TENSORS = (
-    "class_token",
-    "distillation_token",
-    "num_register_tokens",
-    "layer_scale_init",
-    "pooling",
-    "representation_size",
-)
-# The shapes a builder must match (checked), and the input size and head
-# class count it takes where the user leaves them unset (`classes` only for
-# a file with a head).
-_ARCHITECTURE = (
-    "patch_size",
-    "hidden_dim",
-    "num_layers",
-    "num_heads",
-    "mlp_dim",
-    "input_shape",
-    "classes",
-)
-
-
-def function_arguments(weights, variant=None, num_heads=None):
-    """What a checkpoint's model computes, as `VisionTransformer` arguments.
-
-    Returns `(arguments, recorded)`: the GELU form, LayerNorm epsilon, pixel
-    normalisation, class / distillation / register tokens, LayerScale,
-    pooling and `pre_logits` width of the model that `weights=` names (with
-    the image size of its position table and how its own code resamples
-    that table, for models of run-time resolution; for a checkpoint file,
-    its shapes too: patch size, width, depth, heads, MLP width, input shape
-    and its head's class count), and
-    the names among them that the file records (its tensors, its
-    `config.json` / `preprocessor_config.json`, a Keras model's config).
-    The others are its format's conventions (an official `.npz` was trained
-    with tanh GELU and epsilon 1e-6; a timm file without config with exact
-    GELU), which a builder's explicit argument may override. Registered
-    names give the registry's entry; Keras weights files give nothing.
-    """
-    checkpoint = registered(weights, variant)
-    if checkpoint is not None:
-        arguments = {
-            "approximate_gelu": True,
-            "layer_norm_epsilon": 1e-6,
-            "normalization": checkpoint.normalization,
-            "class_token": True,
-            "distillation_token": False,
-            "num_register_tokens": 0,
-            "layer_scale_init": None,
-            "representation_size": checkpoint.representation_size,
-        }
-        recorded = set(arguments)
-        arguments.update(base_image_size=checkpoint.image_size, resample_method="bicubic")
-        return arguments, recorded
-    path = os.fspath(weights)
-    if not path.endswith(CHECKPOINT_SUFFIXES):
-        return {}, set()
-    layout, arguments = infer_architecture(path, read_tensors(path), num_heads)
-    keys = ("approximate_gelu", "layer_norm_epsilon", "normalization") + _SHOWN_BY_TENSORS
-    recorded = set(_SHOWN_BY_TENSORS)
-    config = read_json_beside(path, "config.json")
-    if layout == "keras_vit":
-        recorded.update(keys)
-    elif layout == "huggingface":
-        recorded.update(
-            name
-            for name, key in (
-                ("approximate_gelu", "hidden_act"),
-                ("layer_norm_epsilon", "layer_norm_eps"),
-            )
-            if key in config
-        )
-        if (
-            "image_mean" in read_json_beside(path, "preprocessor_config.json")
-            or config.get("model_type") in IMAGENET_MODEL_TYPES
-        ):
-            recorded.add("normalization")
-    elif layout == "timm" and "mean" in config.get("pretrained_cfg", {}):
-        recorded.add("normalization")
-    function = {key: arguments[key] for key in keys + _ARCHITECTURE if key in arguments}
-    function["base_image_size"] = arguments.get("base_image_size") or arguments["input_shape"][:2]
-    function["resample_method"] = arguments.get("resample_method") or source_resample_method(path)
-    return function, recorded

@@ -2,8 +2,9 @@
 
 `.npz` with `allow_pickle=False`, `.safetensors` with `safetensors`,
 PyTorch `.bin`/`.pth`/`.pt` with `torch.load(weights_only=True)`, and this
-package's own `.keras` files in Keras' safe mode; also the JSON files that
-sit beside a checkpoint and the layer configs of a `.keras` file.
+package's own `.keras` files from their archive's weights (`keras_archive`,
+no model built); also the JSON files that sit beside a checkpoint and the
+layer configs of a `.keras` file.
 """
 
 import contextlib
@@ -29,13 +30,9 @@ def _read_safetensors(path):
 
 
 def _read_keras(path):
-    import keras
+    from keras_vit.weights.keras_archive import read_keras_weights
 
-    import keras_vit  # noqa: F401  (registers the layers)
-
-    # Keras' safe mode: a file with a Lambda layer is refused.
-    model = keras.saving.load_model(path, compile=False, safe_mode=True)
-    return {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
+    return read_keras_weights(path)  # no model built: nothing in the file runs
 
 
 def _read_torch(path):

@@ -57,7 +57,7 @@ def test_the_model_is_untouched_by_inspection(model):
 
 
 def test_uniform_attention_gives_uniform_rollout_and_the_grid_mean_distance(model):
-    for block in keras_vit.models.vision_transformer.encoder_blocks(model):
+    for block in keras_vit.models.encoder_blocks(model):
         block.attention.qkv_kernel.assign(np.zeros(block.attention.qkv_kernel.shape))
         block.attention.qkv_bias.assign(np.zeros(block.attention.qkv_bias.shape))
     attention = vit_inspect.attention_maps(model, pixels())

@@ -519,14 +519,9 @@ def test_run_time_resolution_features_attention_and_checkpoint_loading(tmp_path)
     # A .keras file of it builds the same model at run-time resolution.
     path = os.path.join(tmp_path, "dynamic.keras")
     model.save(path)
-    again = keras_vit.VisionTransformer(
-        **{
-            **DYNAMIC,
-            "base_image_size": keras_vit.models.vision_transformer._FROM_WEIGHTS["base_image_size"],
-        },
-        num_register_tokens=2,
-        weights=path,
-    )
+    # Left unset, the file's table size.
+    unset = {k: v for k, v in DYNAMIC.items() if k != "base_image_size"}
+    again = keras_vit.VisionTransformer(**unset, num_register_tokens=2, weights=path)
     positions = again.get_layer("position_embedding")
     assert positions.grid_size == (4, 4) and positions.resample_method == "bicubic_antialias"
     np.testing.assert_allclose(

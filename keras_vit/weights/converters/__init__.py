@@ -3,9 +3,8 @@
 Every source is converted to one canonical form: a dict from a keras_vit
 weight path (`"encoderblock_3/attention/qkv_kernel"`, as `weight.path` names
 it) to a NumPy array of that weight's shape. Each source's module has
-`to_canonical(tensors, num_heads)`, and `function_arguments(path,
-arguments)` for what its files say of the model's function beyond shapes
-(the official layout's facts are `infer_architecture`'s defaults):
+`to_canonical(tensors, num_heads)`; what its files say of the model's
+function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:
 
 - `official`: google-research/vision_transformer `.npz` files;
 - `huggingface`: Hugging Face ViT / DeiT / DINOv2 / ViTMAE state dicts;

@@ -107,18 +107,12 @@ ANTIALIASED_MODEL_TYPES = ("dinov2_with_registers",)
 IMAGENET_MODEL_TYPES = ("deit", "dinov2", "vit_mae", "dino")
 
 
-def function_arguments(path, arguments):
-    """The GELU form, LayerNorm epsilon and pixel normalisation of the file's config."""
-    config = read_json_beside(path, "config.json")
-    arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
-        "gelu_new",
-        "gelu_pytorch_tanh",
-        "gelu_fast",
-    )
-    arguments["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-12))
-    preprocessor = read_json_beside(path, "preprocessor_config.json")
-    if "image_mean" in preprocessor:
-        arguments["normalization"] = (preprocessor["image_mean"], preprocessor["image_std"])
-    elif config.get("model_type") in IMAGENET_MODEL_TYPES:
-        arguments["normalization"] = "imagenet"
-    return arguments
+def resample_method(path):
+    """How the file's own code resamples its position grid.
+
+    `"bicubic_antialias"` for the models that interpolate with
+    `antialias=True` (read from `config.json` beside the file), else
+    `"bicubic"` (PyTorch's bicubic, as timm and Hugging Face ViT/DeiT/DINOv2).
+    """
+    model_type = read_json_beside(path, "config.json").get("model_type")
+    return "bicubic_antialias" if model_type in ANTIALIASED_MODEL_TYPES else "bicubic"

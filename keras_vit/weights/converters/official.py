@@ -97,10 +97,3 @@ def to_official(model):
         else:
             raise ValueError(f"{weight.path!r} has no place in the official layout.")
     return out
-
-
-def function_arguments(path, arguments):
-    """Nothing to add: `infer_architecture`'s defaults are the official code's
-    (tanh GELU, LayerNorm epsilon 1e-6, pixels in [-1, 1])."""
-    del path
-    return arguments

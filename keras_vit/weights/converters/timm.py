@@ -8,7 +8,6 @@ Distilled DeiT (`dist_token`, `head_dist`) and the attention-pooling head
 import re
 
 from keras_vit.weights.converters.common import dense, linear, norm, out_projection
-from keras_vit.weights.readers import read_json_beside
 
 
 def to_canonical(tensors, num_heads):
@@ -82,12 +81,3 @@ def _attention_pool(name, value, num_heads):
         f"timm attention pool tensor {'attn_pool.' + name!r} has no place "
         "in keras_vit's MAP head (e.g. a latent length above 1 or q/k norms)."
     )
-
-
-def function_arguments(path, arguments):
-    """Exact GELU, and the pixel mean/std of the `config.json` beside the file."""
-    arguments["approximate_gelu"] = False
-    pretrained = read_json_beside(path, "config.json").get("pretrained_cfg", {})
-    if "mean" in pretrained:
-        arguments["normalization"] = (pretrained["mean"], pretrained["std"])
-    return arguments

@@ -1,0 +1,125 @@
+"""A keras_vit `.keras` file's weights, read from the archive: no model is built.
+
+A `.keras` file is a zip archive whose `model.weights.h5` holds each layer's
+variables by position (`layers/transformer_block_3/attention/vars/0`), the
+layer's name in the group's `name` attribute (`encoderblock_3`, then
+`attention`). The names of the variables themselves are not in the file: they
+are the order in which each layer creates them, which this module keeps for
+the layers of keras_vit's models (`tests/weights/test_keras_archive.py` reads
+every kind of model back and compares it with the model's own `weight.path`s).
+"""
+
+import io
+import json
+import re
+import zipfile
+
+import numpy as np
+
+# Each layer of a keras_vit model (by its name there) and its variables, in the
+# order it creates them; a layer that creates fewer stops early (a Dense without
+# bias). The first pattern that matches the whole name applies.
+_VARIABLES = (
+    ("attention", ("qkv_kernel", "out_kernel", "qkv_bias", "out_bias")),
+    (
+        "map_head",
+        (
+            "probe",
+            "query_kernel",
+            "key_value_kernel",
+            "out_kernel",
+            "query_bias",
+            "key_value_bias",
+            "out_bias",
+        ),
+    ),
+    ("(class|distillation)_token", ("token",)),
+    ("register_tokens", ("tokens",)),
+    ("(decoder_)?position_embedding", ("embeddings",)),
+    ("patch_corruption|decoder_mask_tokens", ("mask_token",)),
+    ("(attention|mlp)_scale", ("gamma",)),
+    ("batch_norm_[0-9]+", ("gamma", "beta", "moving_mean", "moving_variance")),
+    ("(.*_)?norm", ("gamma", "beta")),
+    (".*", ("kernel", "bias")),  # Dense, Conv2D, PatchEmbedding
+)
+
+
+def _variable_names(layer_name, count, path, where):
+    names = next(names for pattern, names in _VARIABLES if re.fullmatch(pattern, layer_name))
+    if count > len(names):
+        raise ValueError(
+            f"{path!r}: layer {where!r} holds {count} variables where a keras_vit layer of "
+            f"that name has {len(names)} ({', '.join(names)}): a model changed after it was "
+            "built (quantized, LoRA) or not a keras_vit model. Load it with "
+            "keras.saving.load_model instead."
+        )
+    return names[:count]
+
+
+def _read_group(group, prefix, tensors, path):
+    """Adds the variables of `group` (an h5 group of a layer, or a container) and below."""
+    if "vars" in group:
+        variables = group["vars"]
+        name = variables.attrs.get("name")
+        if name is None:
+            raise ValueError(
+                f"{path!r} was saved by a Keras older than 3.14, whose files do not name "
+                "their layers: load it with keras.saving.load_model and save it again."
+            )
+        if "layers" not in group:  # a nested model's weights do not carry its name
+            prefix = f"{prefix}{name}/"
+        keys = sorted(variables, key=int)
+        for key, variable in zip(keys, _variable_names(name, len(keys), path, prefix[:-1])):
+            value = variables[key]
+            if value.attrs.get("dtype") == "bfloat16":  # stored as raw 16-bit words
+                import ml_dtypes
+
+                tensors[prefix + variable] = np.array(value, dtype=ml_dtypes.bfloat16)
+            else:
+                tensors[prefix + variable] = np.asarray(value)
+    for key in group:
+        if key != "vars":
+            _read_group(group[key], prefix, tensors, path)
+
+
+def _refuse_code(config, path):
+    """A file whose configuration carries Python code (a `Lambda` layer's) is refused.
+
+    Nothing here would run it, but such a file is not a keras_vit model, and
+    Keras' safe mode refuses it where the file is loaded as a model.
+    """
+    if isinstance(config, dict):
+        if config.get("class_name") == "__lambda__":
+            raise ValueError(
+                f"{path!r} holds a `Lambda` layer's Python bytecode: not a keras_vit model "
+                "file (Keras' safe mode refuses to run such code)"
+            )
+        config = list(config.values())
+    if isinstance(config, list):
+        for value in config:
+            _refuse_code(value, path)
+
+
+def read_keras_weights(path):
+    """`{weight path: array}` of a keras_vit `.keras` file, as `model.weights` names them.
+
+    Reads the archive's weights file only; the layers need not be registered
+    and no model is built.
+
+    Example:
+
+    ```python
+    tensors = read_keras_weights("run/model.keras")
+    tensors["encoderblock_0/attention/qkv_kernel"].shape  # (width, 3, heads, head width)
+    ```
+    """
+    import h5py
+
+    with zipfile.ZipFile(path) as archive:
+        _refuse_code(json.loads(archive.read("config.json")), path)
+        data = archive.read("model.weights.h5")
+    tensors = {}
+    with h5py.File(io.BytesIO(data), "r") as weights:
+        if "layers" in weights:
+            _read_group(weights["layers"], "", tensors, path)
+    return tensors
