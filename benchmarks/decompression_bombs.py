@@ -4,7 +4,7 @@ Each case runs in a fresh process, which reads its resident memory
 (`ru_maxrss`) after TensorFlow is loaded and warm, then after decoding one
 crafted file (`tests/bombs.py`) to a 224x224 RGB model input:
 `unbounded` is what the pipelines did before the limits (`tf.io.decode_image`,
-float32, resize), `bounded` is `keras_vit.data.pipelines.decode_for_eval`,
+float32, resize), `bounded` is `keras_vit.data.pipeline.decode_for_eval`,
 which reads the header first. Prints one JSON line per case.
 
     python benchmarks/decompression_bombs.py [--size 23000]
@@ -24,7 +24,7 @@ CASE = textwrap.dedent(
     """
     import json, resource, sys, time
     import tensorflow as tf
-    from keras_vit.data.pipelines import center_crop, decode_for_eval, to_channels
+    from keras_vit.data.pipeline import center_crop, decode_for_eval, to_channels
 
     def peak_mb():
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

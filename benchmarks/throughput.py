@@ -428,8 +428,7 @@ def main_job(steps):
 
     import keras_vit
     from keras_vit import data as vit_data
-    from keras_vit.training import get_recipe
-    from keras_vit.training.loop import model_arguments
+    from keras_vit.training import get_recipe, model_arguments
 
     data = vit_data.load(
         "fashion_mnist",

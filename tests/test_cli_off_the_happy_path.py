@@ -19,10 +19,12 @@ import pytest
 import tensorflow as tf
 
 import keras_vit
-from keras_vit.cli import main
-from keras_vit.cli.common import cli_message
+from keras_vit._options import options_named
+from keras_vit.cli import build_parser, main
+from keras_vit.training import TrainingSettings
 from keras_vit.training.backup import latest_checkpoint
-from keras_vit.training.run import Run, read_run, record_run
+from keras_vit.training.run import Run
+from keras_vit.training.run_folder import read_run, record_run
 from tests.conftest import BACKEND, TINY, own_jax_compilations
 from tests.test_console import console_environment
 from tests.training.test_train_command import write_dataset
@@ -175,11 +177,11 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
     settings = {"model": "small", "batch_size": 8, "recipe": "small", "epochs": 3}
     record_run(str(tmp_path), False, settings)
     record_run(str(tmp_path), True, {**settings, "epochs": 5})  # more epochs: allowed
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError) as error, options_named(train_options()):
         record_run(
             str(tmp_path), True, {**settings, "model": "Ti/16", "batch_size": 16, "epochs": 5}
         )
-    message = cli_message(str(error.value))
+    message = str(error.value)
     assert "--model 'Ti/16' (the run has 'small')" in message
     assert "--batch-size 16 (the run has 8)" in message
     assert "--overwrite" in message and len(message.splitlines()) == 1
@@ -190,17 +192,10 @@ def test_resuming_with_other_settings_is_refused_naming_each_difference(tmp_path
 @pytest.mark.backend_independent
 def test_overwrite_starts_over_an_unfinished_run_only_when_its_settings_differ(tmp_path):
     def open_run(batch_size, overwrite):
-        run = Run(
-            "train",
-            output_dir=str(tmp_path),
-            overwrite=overwrite,
-            epochs=3,
-            batch_size=batch_size,
-            recipe="small",
-            augmentation="none",
-            seed=0,
+        settings = TrainingSettings(
+            output_dir=str(tmp_path), overwrite=overwrite, epochs=3, batch_size=batch_size
         )
-        return run.open({"dataset": "fashion_mnist"})
+        return Run(settings.resolved()).open()
 
     assert open_run(8, overwrite=False) is False
     checkpoint = tmp_path / "backup" / "epoch_1.keras"
@@ -484,24 +479,53 @@ def test_an_unprepared_tfds_dataset_is_refused_at_once_naming_download(tmp_path,
     assert not (tmp_path / "run").exists()
 
 
+def train_options():
+    """`{argument: option}` of `keras-vit train`, as its parser records them."""
+    return build_parser().parse_args(["train"]).options
+
+
 @pytest.mark.backend_independent
-def test_cli_messages_use_the_options_names():
-    assert cli_message(
-        "Dataset 'x' has 3 training images, fewer than one batch of "
-        "batch_size=8; use a smaller `batch_size`."
-    ) == (
-        "Dataset 'x' has 3 training images, fewer than one batch of --batch-size 8; "
-        "use a smaller --batch-size."
+def test_messages_name_the_options_the_command_took():
+    from keras_vit.training.run import Run
+
+    def steps_error():
+        class Data:
+            size = 3
+
+        run = Run(TrainingSettings(dataset="x", batch_size=8).resolved())
+        with pytest.raises(ValueError) as error:
+            run.steps_per_epoch(Data())
+        return str(error.value)
+
+    assert steps_error() == (
+        "Dataset 'x' has 3 training images, fewer than one batch of batch_size=8; "
+        "use a smaller `batch_size`."
     )
-    assert (
-        cli_message("pass `overwrite=True` (`--overwrite`) to replace it, or another `version`.")
-        == "pass --overwrite to replace it, or another --output "
-        "version folder."
+    with options_named(train_options()):
+        assert steps_error() == (
+            "Dataset 'x' has 3 training images, fewer than one batch of --batch-size 8; "
+            "use a smaller --batch-size."
+        )
+    export_options = build_parser().parse_args(["export", "m.keras"]).options
+    with options_named(export_options), pytest.raises(ValueError) as error:
+        keras_vit.export.litert._check_quantization("int4")
+    assert str(error.value).startswith("--quantize must be one of") and "--quantize 'int4'" in str(
+        error.value
     )
-    assert (
-        cli_message("`data_dir` and `gradient_accumulation_steps=2`")
-        == "--data-dir and --accumulate 2"
-    )
+    with options_named(export_options):
+        from keras_vit import _options
+
+        assert (
+            f"pass {_options.given('overwrite', True)} to replace it, or another "
+            f"{_options.name('version')}."
+        ) == "pass --overwrite to replace it, or another --output version folder."
+    with options_named(train_options()):
+        from keras_vit.training.settings import _check_accumulation
+
+        with pytest.raises(
+            ValueError, match="--accumulate must be None or an int >= 2. Received: --accumulate 1"
+        ):
+            _check_accumulation(1)
 
 
 @pytest.mark.skipif(
@@ -603,7 +627,7 @@ def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys
 def test_learning_curves_count_epochs_like_the_history(tmp_path):
     from matplotlib import image as mpimg  # noqa: F401 (matplotlib present)
 
-    from keras_vit.training import run as loop
+    from keras_vit.training import curves
 
     csv_path = tmp_path / "history.csv"
     csv_path.write_text("epoch,accuracy,loss,val_accuracy,val_loss\n1,0.5,1.0,0.6,0.9\n")
@@ -618,7 +642,7 @@ def test_learning_curves_count_epochs_like_the_history(tmp_path):
 
     matplotlib.figure.Figure.savefig = keep
     try:
-        loop.plot_history(str(csv_path), str(tmp_path / "curves.png"))
+        curves.plot_history(str(csv_path), str(tmp_path / "curves.png"))
     finally:
         matplotlib.figure.Figure.savefig = original
     axis = captured["axes"][0]

@@ -29,9 +29,10 @@ ALLOWED = {
 }
 
 
-# `_compat` (every private Keras / TensorFlow / LiteRT name) and `_native_output`
-# (standard library only: the console script loads it first) sit below them all.
-BELOW_ALL = {"_compat", "_native_output"}
+# `_compat` (every private Keras / TensorFlow / LiteRT name), `_native_output`
+# (standard library only: the console script loads it first) and `_options` (how
+# messages name arguments; standard library only) sit below them all.
+BELOW_ALL = {"_compat", "_native_output", "_options"}
 ALLOWED = {part: allowed | BELOW_ALL for part, allowed in ALLOWED.items()}
 # The root (the library floor whole) where every part of the library is allowed.
 ALLOWED = {

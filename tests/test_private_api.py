@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "keras_vit")
 # argparse's formatter hook, overridden as the standard library's own
 # ArgumentDefaultsHelpFormatter does: not a Keras name.
-ALLOWED_ATTRIBUTES = {("common.py", "_get_help_string")}
+ALLOWED_ATTRIBUTES = {("options.py", "_get_help_string")}
 PRIVATE_MODULES = ("keras.src", "tensorflow.python", "jax._src", "torch._")
 
 

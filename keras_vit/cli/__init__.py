@@ -4,14 +4,16 @@ Each module of `keras_vit.cli` (`demo`, `convert`, `train` for `train` and
 `finetune`, `pretrain`, `evaluate`, `export`, `inspect`, `predict`) adds
 its parser with `add_parser(command)`, runs with `run(args)`, and names in
 `NEEDS` the extra and the packages it needs beyond the library floor;
-`common` holds what they share. Importing them imports nothing but the
-standard library: each sub-command imports its work when it runs.
+`options` (the settings' fields as options, what messages call them),
+`preflight` (checks before any work), `run_model` and `images` hold what
+they share. Each sub-command imports its work when it runs.
 """
 
 import argparse
 import os
 import sys
 
+from keras_vit._options import options_named
 from keras_vit.cli import (
     convert,
     demo,
@@ -22,16 +24,11 @@ from keras_vit.cli import (
     pretrain,
     train,
 )
-from keras_vit.cli.common import (
-    HelpFormatter,
-    check_installed,
-    cli_message,
-    fail,
-    installed_version,
-)
+from keras_vit.cli.options import CommandParser, HelpFormatter, installed_version
+from keras_vit.cli.preflight import check_installed, fail
 
 COMMANDS = (demo, convert, train, pretrain, evaluate, export, inspect, predict)
-__all__ = ["build_parser", "cli_message", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def build_parser():
@@ -53,10 +50,14 @@ def build_parser():
         action="store_true",
         help="show the log lines of TensorFlow and the other libraries",
     )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
 
     def command(name, **kwargs):
-        return commands.add_parser(name, parents=[common], formatter_class=HelpFormatter, **kwargs)
+        subcommand = commands.add_parser(
+            name, parents=[common], formatter_class=HelpFormatter, **kwargs
+        )
+        subcommand.set_defaults(options=subcommand.options)  # filled as options are added
+        return subcommand
 
     for module in COMMANDS:
         module.add_parser(command)
@@ -100,7 +101,9 @@ def main(argv=None):
         except (ValueError, RuntimeError) as error:
             fail(args.command, error)
     try:
-        return args.run(args)
+        # The library's messages name the options the command took its arguments from.
+        with options_named(args.options):
+            return args.run(args)
     except KeyboardInterrupt:
         print(_interrupted(args), file=sys.stderr)
         return 130

@@ -4,7 +4,7 @@ model file.
 
 import os
 
-from keras_vit.cli.common import positive_int
+from keras_vit.cli.options import positive_int
 
 NEEDS = None  # the library floor suffices
 

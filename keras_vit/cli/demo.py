@@ -6,14 +6,9 @@ train` runs), one epoch; the prediction reads the run's saved model back.
 
 import time
 
-from keras_vit.cli.common import (
-    TRAINING,
-    fail,
-    load_run_model,
-    non_negative_int,
-    positive_int,
-    progress,
-)
+from keras_vit.cli.options import non_negative_int, positive_int, progress
+from keras_vit.cli.preflight import TRAINING, fail
+from keras_vit.cli.run_model import load_run_model
 
 NEEDS = TRAINING  # it runs `train()`
 

@@ -2,14 +2,10 @@
 
 import os
 
-from keras_vit.cli.common import (
-    fail,
-    image_shape,
-    load_run_model,
-    positive_int,
-    progress,
-    run_data,
-)
+from keras_vit.cli.options import positive_int, progress
+from keras_vit.cli.preflight import fail
+from keras_vit.cli.run_model import load_run_model, run_data
+from keras_vit.models.anatomy import inference_image_shape as image_shape
 
 NEEDS = ("train", ("tensorflow", "tensorflow_datasets"))
 

@@ -5,16 +5,10 @@ ONNX file, checked against Keras.
 import os
 import sys
 
-from keras_vit.cli.common import (
-    check_writable,
-    fail,
-    image_shape,
-    load_run_model,
-    non_negative_int,
-    positive_int,
-    progress,
-    run_data,
-)
+from keras_vit.cli.options import non_negative_int, positive_int, progress
+from keras_vit.cli.preflight import check_writable, fail
+from keras_vit.cli.run_model import load_run_model, run_data
+from keras_vit.models.anatomy import inference_image_shape as image_shape
 
 NEEDS = ("export", ("tensorflow", "tensorflow_serving", "ai_edge_litert"))
 
@@ -50,6 +44,7 @@ def add_parser(command):
     )
     export.add_argument(
         "--quantize",
+        dest="quantization",
         choices=("none", "float16", "dynamic", "int8", "int8_full", "int16x8"),
         default="none",
         help="TFLite quantisation",
@@ -79,6 +74,8 @@ def add_parser(command):
     export.add_argument(
         "--overwrite", action="store_true", help="replace an existing version directory / file"
     )
+    # A SavedModel's version is the last part of --output (`export.saved_model`'s `version`).
+    export.options["version"] = "--output version folder"
     export.set_defaults(run=run, needs=NEEDS)
 
 
@@ -113,7 +110,7 @@ def _default_output(args, model):
         return os.path.join(run_dir, "serving", model.name)
     if args.format == "onnx":
         return os.path.join(run_dir, "model.onnx")
-    suffix = "" if args.quantize == "none" else f"_{args.quantize}"
+    suffix = "" if args.quantization == "none" else f"_{args.quantization}"
     return os.path.join(run_dir, f"model{suffix}.tflite")
 
 
@@ -125,7 +122,7 @@ def run(args):
     from keras_vit.export.saved_model import SIGNATURES
 
     try:
-        if args.format != "tflite" and args.quantize != "none":
+        if args.format != "tflite" and args.quantization != "none":
             raise ValueError("--quantize applies to --format tflite only")
         model, class_names = load_run_model(args.model)
         output = args.output or _default_output(args, model)
@@ -150,7 +147,7 @@ def run(args):
             )["path"]
         else:
             calibration = None
-            if args.quantize in CALIBRATED:
+            if args.quantization in CALIBRATED:
                 # The representative data comes from the training split.
                 calibration = _dataset_images(
                     model, dataset, "train", args.calibration_images, data_options, args.image_size
@@ -158,7 +155,7 @@ def run(args):
             result = export.tflite(
                 model,
                 output,
-                quantization=args.quantize,
+                quantization=args.quantization,
                 representative_data=calibration,
                 calibration_count=args.calibration_images,
                 class_names=class_names,

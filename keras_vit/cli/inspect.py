@@ -2,15 +2,11 @@
 
 import os
 
-from keras_vit.cli.common import (
-    add_image_limit,
-    check_writable,
-    fail,
-    image_shape,
-    load_run_model,
-    missing_files,
-    read_images,
-)
+from keras_vit.cli.images import missing_files, read_images
+from keras_vit.cli.options import add_image_limit
+from keras_vit.cli.preflight import check_writable, fail
+from keras_vit.cli.run_model import load_run_model
+from keras_vit.models.anatomy import inference_image_shape as image_shape
 
 NEEDS = ("train", ("tensorflow", "matplotlib"))
 

@@ -4,15 +4,11 @@ model, a checkpoint file or a registered checkpoint.
 
 import os
 
-from keras_vit.cli.common import (
-    add_image_limit,
-    fail,
-    image_shape,
-    load_run_model,
-    missing_files,
-    positive_int,
-    read_images,
-)
+from keras_vit.cli.images import missing_files, read_images
+from keras_vit.cli.options import add_image_limit, positive_int
+from keras_vit.cli.preflight import fail
+from keras_vit.cli.run_model import load_run_model
+from keras_vit.models.anatomy import inference_image_shape as image_shape
 
 NEEDS = ("train", ("tensorflow",))
 

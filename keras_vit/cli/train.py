@@ -1,24 +1,17 @@
 """`keras-vit train` and `keras-vit finetune`: a ViT trained (or a checkpoint
 fine-tuned), evaluated, and its run saved.
+
+Their options are the fields of `keras_vit.training.TrainingSettings`.
 """
 
-from keras_vit.cli.common import (
-    TRAINING,
-    add_run_arguments,
-    check_writable,
-    decay_factor,
-    fail,
-    fraction,
-    positive_float,
-    positive_int,
-    progress,
-)
+from keras_vit.cli.options import add_settings, positive_int, progress, settings_from
+from keras_vit.cli.preflight import TRAINING, check_writable, fail
 
 NEEDS = TRAINING
 
 
 def add_parser(command):
-    from keras_vit.training.loop import DEFAULTS
+    from keras_vit.training.settings import COMMAND_DEFAULTS, TrainingSettings
 
     train = command(
         "train",
@@ -31,17 +24,8 @@ def add_parser(command):
             "finished epoch."
         ),
     )
-    train.add_argument(
-        "--model", default="small", help="'small' or a variant of the paper, e.g. Ti/16, S/16"
-    )
-    train.add_argument(
-        "--patch-size",
-        type=positive_int,
-        default=None,
-        help="patch size in pixels (default: the model's)",
-    )
-    add_run_arguments(train, **DEFAULTS["train"], output_dir="keras_vit_run")
-    _add_training_options(train)
+    add_settings(train, TrainingSettings, "train", COMMAND_DEFAULTS["train"])
+    _add_cpu_devices(train)
     train.set_defaults(run=run, needs=NEEDS)
 
     finetune = command(
@@ -56,117 +40,28 @@ def add_parser(command):
             "SGD). Same outputs and resume as `keras-vit train`."
         ),
     )
-    finetune.add_argument(
-        "weights",
-        metavar="CHECKPOINT",
-        help="a .keras file, an official .npz, a Hugging Face or timm file",
-    )
-    add_run_arguments(finetune, **DEFAULTS["finetune"], output_dir="keras_vit_finetune")
-    _add_training_options(finetune)
+    add_settings(finetune, TrainingSettings, "finetune", COMMAND_DEFAULTS["finetune"])
+    _add_cpu_devices(finetune)
     finetune.set_defaults(run=run, needs=NEEDS)
 
 
-def _add_training_options(parser):
+def _add_cpu_devices(parser):
+    # Read by `keras-vit` itself before the backend starts (not a setting of the run).
     parser.add_argument(
-        "--patch-dropout",
-        type=fraction,
+        "--cpu-devices",
+        type=positive_int,
         default=None,
-        metavar="RATE",
-        help="train on a random share 1 - RATE of each image's patch tokens "
-        "(cheaper steps at high resolution; evaluation sees all)",
-    )
-    parser.add_argument(
-        "--layer-decay",
-        type=decay_factor,
-        default=None,
-        metavar="FACTOR",
-        help="layer-wise learning-rate decay in (0, 1]: block i of L trains at "
-        "FACTOR**(L-i) of the rate, the embedding lowest, the head at the full rate "
-        "(default: the recipe's, 1 for every recipe)",
-    )
-    parser.add_argument(
-        "--ema",
-        type=fraction,
-        default=None,
-        metavar="MOMENTUM",
-        help="validate, report and save an exponential moving average of the weights, "
-        "MOMENTUM in (0, 1) its weight at each step, e.g. 0.99 (default: the recipe's, "
-        "none for every recipe)",
-    )
-    parser.add_argument(
-        "--teacher",
-        default=None,
-        metavar="PATH",
-        help="a .keras classifier of the same images and classes (a CNN, a ViT) to learn "
-        "from besides the labels (DeiT's distillation); it is never trained, and "
-        "model.keras is the student alone",
-    )
-    parser.add_argument(
-        "--distillation",
-        choices=("hard", "soft"),
-        default=None,
-        help="with --teacher: learn its top class (hard, the default) or its softmax "
-        "at --temperature (soft)",
-    )
-    parser.add_argument(
-        "--distillation-token",
-        action="store_true",
-        help="with --teacher: a DeiT distillation token and second head learn the "
-        "teacher, the class head the labels; inference averages both",
-    )
-    parser.add_argument(
-        "--temperature",
-        type=positive_float,
-        default=1.0,
-        help="with --distillation soft: the softmax temperature (default 1)",
-    )
-    parser.add_argument(
-        "--remat",
-        action="store_true",
-        help="recompute each block's activations in the backward pass instead of keeping "
-        "them (gradient checkpointing): less memory per step for about a third more compute",
+        help="split the CPU into this many devices (to try --distribute on one machine)",
     )
 
 
 def run(args):
     """Trains (or, with a checkpoint, fine-tunes) a ViT and saves the run."""
-    from keras_vit.training import train
+    from keras_vit.training import TrainingSettings, train
 
-    weights = getattr(args, "weights", None)
     try:
         check_writable(args.output_dir, "--output-dir", folder=True)
-        result = train(
-            args.dataset,
-            model=getattr(args, "model", "small"),
-            image_size=args.image_size,
-            patch_size=getattr(args, "patch_size", None),
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            recipe=args.recipe,
-            augmentation=args.augmentation,
-            output_dir=args.output_dir,
-            seed=args.seed,
-            data_dir=args.data_dir,
-            overwrite=args.overwrite,
-            weights=weights,
-            distribute=args.distribute,
-            model_parallel=args.model_parallel,
-            gradient_accumulation_steps=args.accumulate,
-            patch_dropout_rate=args.patch_dropout,
-            layer_decay=args.layer_decay,
-            ema_momentum=args.ema,
-            remat=args.remat,
-            teacher=args.teacher,
-            distillation=args.distillation,
-            distillation_token=args.distillation_token,
-            temperature=args.temperature,
-            validate_every=args.validate_every,
-            deterministic=args.deterministic,
-            validation_split=args.validation_split,
-            download=args.download,
-            limit=args.limit,
-            verbose=progress(),
-        )
+        result = train(settings_from(args, TrainingSettings), verbose=progress())
     except (ValueError, RuntimeError) as error:
         fail(args.command, error)
     metrics, paths = result["metrics"], result["paths"]

@@ -10,6 +10,8 @@ RandAugment magnitudes are out of 30 (`factor = magnitude / 30`).
 
 import dataclasses
 
+from keras_vit import _options
+
 
 @dataclasses.dataclass(frozen=True)
 class AugmentationConfig:
@@ -47,8 +49,9 @@ def get_config(augmentation):
         return AugmentationConfig(**augmentation)
     if augmentation not in PRESETS:
         raise ValueError(
-            f"`augmentation` must be one of {tuple(PRESETS)}, an "
-            f"AugmentationConfig or a dict. Received: augmentation={augmentation!r}"
+            f"{_options.name('augmentation')} must be one of {tuple(PRESETS)}, an "
+            "AugmentationConfig or a dict. "
+            f"Received: {_options.given('augmentation', augmentation)}"
         )
     return PRESETS[augmentation]
 

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 
+from keras_vit import _options
 from keras_vit._compat import mirrored_strategy
 from keras_vit.distribution.layouts import BATCH_AXIS, device_mesh, layout_map
 
@@ -117,7 +118,7 @@ class Distributed:
         """
         if global_batch_size % self.num_replicas:
             raise ValueError(
-                f"batch_size={global_batch_size} does not split over the "
+                f"{_options.given('batch_size', global_batch_size)} does not split over the "
                 f"{self.num_replicas} data-parallel replicas; use a multiple of "
                 f"{self.num_replicas}."
             )

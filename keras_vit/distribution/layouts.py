@@ -12,6 +12,8 @@ and replicated.
 
 import re
 
+from keras_vit import _options
+
 MODEL_AXIS = "model"
 BATCH_AXIS = "batch"
 
@@ -59,8 +61,8 @@ def device_mesh(model_parallel=1, devices=None):
         or (model_parallel < 1 or len(devices) % model_parallel)
     ):
         raise ValueError(
-            f"`model_parallel` must be a positive int that divides the {len(devices)} "
-            f"devices. Received: model_parallel={model_parallel!r}"
+            f"{_options.name('model_parallel')} must be a positive int that divides the "
+            f"{len(devices)} devices. Received: {_options.given('model_parallel', model_parallel)}"
         )
     return keras.distribution.DeviceMesh(
         shape=(len(devices) // model_parallel, model_parallel),

@@ -17,6 +17,8 @@ import threading
 
 import keras
 
+from keras_vit import _options
+
 
 def cpu_threads(num_threads=None):
     """`num_threads`, or for `None` the CPUs this process may run on."""
@@ -68,21 +70,21 @@ def input_spec(model, batch_size=None, image_size=None, any_size=False):
         size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
         if len(size) != 2 or not all(isinstance(s, int) and s > 0 for s in size):
             raise ValueError(
-                "`image_size` must be a positive int or (height, width). "
-                f"Received: image_size={image_size!r}"
+                f"{_options.name('image_size')} must be a positive int or (height, width). "
+                f"Received: {_options.given('image_size', image_size)}"
             )
         if None not in shape[:2] and size != shape[:2]:
             raise ValueError(
-                f"`model` takes {shape[0]}x{shape[1]} images only. Received: "
-                f"image_size={image_size!r} (a model built with input_shape=(None, None, "
-                f"{shape[-1]}) takes any size)."
+                f"The model takes {shape[0]}x{shape[1]} images only. Received: "
+                f"{_options.given('image_size', image_size)} (a model built with "
+                f"input_shape=(None, None, {shape[-1]}) takes any size)."
             )
         shape = (*size, shape[-1])
     if None in shape[:2] and not any_size:
         raise ValueError(
-            f"`model` takes images of any size (input shape {model.inputs[0].shape}); "
+            f"The model takes images of any size (input shape {model.inputs[0].shape}); "
             "this export needs static shapes: name the size to export it at, e.g. "
-            "`image_size=(224, 224)` (`--image-size 224`)."
+            f"{_options.given('image_size', 224)}."
         )
     return (batch_size, *shape), "float32"
 

@@ -17,6 +17,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit import _options
 from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import graph, rotation
@@ -57,9 +58,9 @@ def _check_quantization(quantization):
         return None
     if quantization not in QUANTIZATIONS:
         raise ValueError(
-            "`quantization` must be one of None ('none'), 'float16', 'dynamic', 'int8', "
-            "'int8_full', 'int16x8'. "
-            f"Received: quantization={quantization!r}"
+            f"{_options.name('quantization')} must be one of None ('none'), 'float16', "
+            "'dynamic', 'int8', 'int8_full', 'int16x8'. "
+            f"Received: {_options.given('quantization', quantization)}"
         )
     return quantization
 
@@ -305,7 +306,9 @@ def tflite(
     if not path.endswith(".tflite"):
         raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
     if os.path.exists(path) and not overwrite:
-        raise ValueError(f"{path!r} exists; pass `overwrite=True` (`--overwrite`) to replace it.")
+        raise ValueError(
+            f"{path!r} exists; pass {_options.given('overwrite', True)} to replace it."
+        )
     (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
     image_size = image_shape[:2]
     classes = model.outputs[0].shape[-1]
@@ -317,8 +320,8 @@ def tflite(
     if quantization in CALIBRATED:
         if representative_data is None:
             raise ValueError(
-                f"`quantization={quantization!r}` needs `representative_data` (images from the "
-                "training pipeline) to calibrate the activation ranges."
+                f"{_options.given('quantization', quantization)} needs `representative_data` "
+                "(images from the training pipeline) to calibrate the activation ranges."
             )
         calibration = calibration_images(representative_data, image_shape, calibration_count)
     if keras.backend.backend() != "tensorflow":

@@ -11,6 +11,7 @@ import tempfile
 
 import keras
 
+from keras_vit import _options
 from keras_vit.export import graph
 
 METADATA_FILE = "keras_vit.json"
@@ -112,7 +113,7 @@ def serving_module(
     `serving_default(images)` takes float32 pixels `(batch, H, W, C)` in
     `[0, 255]`; `serving_bytes(image_bytes)` takes a string batch of encoded
     images and prepares them like the evaluation pipeline
-    (`keras_vit.data.pipelines.decode_for_eval`), refusing (failing the
+    (`keras_vit.data.pipeline.decode_for_eval`), refusing (failing the
     request) images above `max_image_pixels` / `max_image_bytes` before
     decoding them (`keras_vit.data.image_limits`). Both return
     `probabilities`, `top_k_scores` and `top_k_classes` (and `top_k_names`
@@ -122,7 +123,7 @@ def serving_module(
     """
     import tensorflow as tf
 
-    from keras_vit.data.pipelines import decode_for_eval
+    from keras_vit.data.pipeline import decode_for_eval
 
     call = graph.model_function(model, any_size=True)
     height, width = _bytes_image_size(model, image_size)
@@ -287,7 +288,10 @@ def saved_model(
     bytes_size = list(_bytes_image_size(model, image_size))
     class_names = _check_class_names(class_names, classes)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise ValueError(f"`top_k` must be a positive int. Received: top_k={top_k!r}")
+        raise ValueError(
+            f"{_options.name('top_k')} must be a positive int. "
+            f"Received: {_options.given('top_k', top_k)}"
+        )
     if not 0.0 < crop_fraction <= 1.0:
         raise ValueError(
             f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
@@ -301,7 +305,8 @@ def saved_model(
     if os.path.isdir(version_dir) and os.listdir(version_dir) and not overwrite:
         raise ValueError(
             f"The version directory {version_dir!r} exists and is not empty; "
-            "pass `overwrite=True` (`--overwrite`) to replace it, or another `version`."
+            f"pass {_options.given('overwrite', True)} to replace it, or another "
+            f"{_options.name('version')}."
         )
     if os.path.exists(version_dir) and not os.path.isdir(version_dir):
         raise ValueError(f"{version_dir!r} exists and is not a directory.")
@@ -410,7 +415,7 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
         if len(encoded_images):
             import tensorflow as tf
 
-            from keras_vit.data.pipelines import decode_for_eval
+            from keras_vit.data.pipeline import decode_for_eval
 
             with open(os.path.join(version_dir, "assets.extra", METADATA_FILE)) as f:
                 height, width = json.load(f)["image_size"]  # what serving_bytes resizes to

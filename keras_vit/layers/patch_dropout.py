@@ -5,13 +5,17 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import _options
 from keras_vit.layers.token_selection import check_num_prefix_tokens
 
 
 def check_rate(rate, name="rate"):
     """Refuses a dropped share that is not a number in `[0, 1)`, naming `name`."""
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-        raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={rate!r}")
+        raise ValueError(
+            f"{_options.name(name)} must be a float in [0, 1). "
+            f"Received: {_options.given(name, rate)}"
+        )
     return float(rate)
 
 

@@ -1,10 +1,10 @@
 """Self-supervised pre-training with plain `model.fit`: masked patches and MAE.
 
 See `objectives` for how the pieces fit, `masking` for what the data
-pipeline computes, and `pretrain` for the `keras-vit pretrain` job.
+pipeline computes, and `pretrain` for the `keras-vit pretrain` job
+(its settings: `PretrainingSettings`).
 """
 
-from keras_vit.pretraining.loop import pretrain
 from keras_vit.pretraining.objectives import (
     OBJECTIVES,
     MaskedAutoencoder,
@@ -13,6 +13,8 @@ from keras_vit.pretraining.objectives import (
     get_objective,
     patch_geometry,
 )
+from keras_vit.pretraining.pretrain_job import pretrain
+from keras_vit.pretraining.settings import PretrainingSettings
 from keras_vit.pretraining.transfer import transfer_encoder
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "MaskedAutoencoder",
     "MaskedPatchPrediction",
     "PatchGeometry",
+    "PretrainingSettings",
     "get_objective",
     "patch_geometry",
     "pretrain",

@@ -132,7 +132,7 @@ def _with_seeds(data, seed, transform):
     """Maps batches with a fresh stateless seed each, replayed by `seed`."""
     import tensorflow as tf
 
-    from keras_vit.data.pipelines import graph_function
+    from keras_vit.data.pipeline import graph_function
 
     # One random draw per batch; a new stream each epoch (like a
     # reshuffling shuffle), so a resumed run that re-creates as many

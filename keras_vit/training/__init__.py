@@ -2,9 +2,9 @@
 
 from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
 from keras_vit.training.batch_norm import PreciseBatchNorm, recompute_batch_norm_statistics
+from keras_vit.training.curves import plot_history
 from keras_vit.training.distillation import Distiller, load_teacher
 from keras_vit.training.finetuning import fit_new_heads
-from keras_vit.training.loop import DEFAULTS, SMALL_MODEL, model_arguments, train
 from keras_vit.training.recipes import (
     RECIPES,
     Recipe,
@@ -15,4 +15,6 @@ from keras_vit.training.recipes import (
     no_weight_decay_variables,
     pretraining_optimizer,
 )
-from keras_vit.training.run import Run, plot_history
+from keras_vit.training.run import Run
+from keras_vit.training.settings import RunSettings, TrainingSettings
+from keras_vit.training.train_job import DEFAULTS, SMALL_MODEL, model_arguments, train

@@ -14,6 +14,8 @@ import os
 import keras
 from keras import ops
 
+from keras_vit import _options
+
 MODES = ("hard", "soft")
 
 
@@ -46,7 +48,8 @@ def check_options(mode, temperature, mode_argument="mode"):
     """
     if mode not in MODES:
         raise ValueError(
-            f"`{mode_argument}` must be one of {MODES}. Received: {mode_argument}={mode!r}"
+            f"{_options.name(mode_argument)} must be one of {MODES}. "
+            f"Received: {_options.given(mode_argument, mode)}"
         )
     if (
         not isinstance(temperature, (int, float))
@@ -54,16 +57,19 @@ def check_options(mode, temperature, mode_argument="mode"):
         or not temperature > 0
     ):
         raise ValueError(
-            f"`temperature` must be a positive number. Received: temperature={temperature!r}"
+            f"{_options.name('temperature')} must be a positive number. "
+            f"Received: {_options.given('temperature', temperature)}"
         )
 
 
 def check_teacher_path(path, argument="teacher"):
     """A clear error unless `path` is an existing `.keras` file."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).endswith(".keras"):
-        raise ValueError(f"`{argument}` must be a path to a .keras file. Received: {path!r}")
+        raise ValueError(
+            f"{_options.name(argument)} must be a path to a .keras file. Received: {path!r}"
+        )
     if not os.path.isfile(path):
-        raise ValueError(f"`{argument}` {os.fspath(path)!r} is not a file.")
+        raise ValueError(f"{_options.name(argument)} {os.fspath(path)!r} is not a file.")
 
 
 def check_teacher(teacher, image_shape, classes=None, name="the teacher"):

@@ -13,6 +13,7 @@ import dataclasses
 
 import keras
 
+from keras_vit import _options
 from keras_vit.layers.conv_stem import replicated_tensorflow
 from keras_vit.optimizers import (
     ReplicatedAdamW,
@@ -76,8 +77,8 @@ def check_layer_decay(layer_decay, argument="layer_decay"):
         or not 0 < layer_decay <= 1
     ):
         raise ValueError(
-            f"`{argument}` must be a number in (0, 1] (1: one rate for every layer). "
-            f"Received: {argument}={layer_decay!r}"
+            f"{_options.name(argument)} must be a number in (0, 1] (1: one rate for every "
+            f"layer). Received: {_options.given(argument, layer_decay)}"
         )
     return float(layer_decay)
 
@@ -92,8 +93,8 @@ def check_ema_momentum(ema_momentum, argument="ema_momentum"):
         or not 0 < ema_momentum < 1
     ):
         raise ValueError(
-            f"`{argument}` must be None or a number in (0, 1), the weight of the average "
-            f"at each step. Received: {argument}={ema_momentum!r}"
+            f"{_options.name(argument)} must be None or a number in (0, 1), the weight of the "
+            f"average at each step. Received: {_options.given(argument, ema_momentum)}"
         )
     return float(ema_momentum)
 
@@ -431,6 +432,7 @@ def get_recipe(recipe):
         return recipe
     if recipe not in RECIPES:
         raise ValueError(
-            f"`recipe` must be one of {tuple(RECIPES)} or a Recipe. Received: recipe={recipe!r}"
+            f"{_options.name('recipe')} must be one of {tuple(RECIPES)} or a Recipe. "
+            f"Received: {_options.given('recipe', recipe)}"
         )
     return RECIPES[recipe]

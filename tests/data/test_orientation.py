@@ -11,7 +11,7 @@ from PIL import Image, ImageOps
 
 from keras_vit.data import decode_upright, from_folder
 from keras_vit.data.orientation import exif_orientation
-from keras_vit.data.pipelines import decode_for_eval
+from keras_vit.data.pipeline import decode_for_eval
 
 # TensorFlow ops only: the same under every backend.
 pytestmark = pytest.mark.backend_independent

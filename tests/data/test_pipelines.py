@@ -188,7 +188,7 @@ def test_image_folder_skips_bad_files_with_a_count_and_names_the_undecodable(tmp
 
 @pytest.mark.backend_independent  # tf.data alone
 def test_webp_images_are_read_like_the_others(tmp_path):
-    from keras_vit.cli.common import read_images
+    from keras_vit.cli.images import read_images
     from tests.reliability.test_decompression_bombs import webp
 
     pixels = np.random.default_rng(0).integers(0, 256, (12, 12, 3)).astype("uint8")
@@ -218,7 +218,7 @@ def test_webp_images_are_read_like_the_others(tmp_path):
         (lambda p: vit_data.from_folder(str(p)), "no class sub-folders"),
         (
             lambda p: vit_data.load("no_such_dataset_xyz", image_size=8),
-            "Unknown TFDS dataset 'no_such_dataset_xyz'",
+            "Unknown dataset 'no_such_dataset_xyz'",
         ),
     ],
 )
@@ -269,7 +269,7 @@ def test_augmentations_change_images_and_mix_labels():
 
 
 def test_random_resized_crops_cover_the_scale_and_aspect_ranges():
-    from keras_vit.data.pipelines import _random_crop_boxes
+    from keras_vit.data.pipeline import _random_crop_boxes
 
     boxes = _random_crop_boxes(
         20_000, 28, 28, (0.08, 1.0), (3 / 4, 4 / 3), tf.constant([1, 2], tf.int64)
@@ -316,7 +316,8 @@ def test_fixed_and_varying_size_images_give_the_same_kind_of_batches(training):
 @pytest.mark.parametrize("channels", [1, 3])
 def test_decoding_bytes_for_serving_matches_the_evaluation_pipeline(tmp_path, channels):
     """The exported bytes signature and `predict` see what evaluation saw."""
-    from keras_vit.data.pipelines import decode_for_eval, list_image_folder
+    from keras_vit.data.folders import list_image_folder
+    from keras_vit.data.pipeline import decode_for_eval
 
     rng = np.random.default_rng(0)
     for name, shape in (("grey", (20, 24, 1)), ("rgb", (16, 16, 3)), ("rgba", (30, 18, 4))):

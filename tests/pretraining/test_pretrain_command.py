@@ -10,7 +10,7 @@ import pytest
 
 from keras_vit.cli import main
 from keras_vit.pretraining import pretrain
-from keras_vit.training.run import read_run
+from keras_vit.training.run_folder import read_run
 from tests.conftest import last_json_line, run_python
 from tests.training.test_train_command import write_dataset
 

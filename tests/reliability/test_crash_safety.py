@@ -39,7 +39,7 @@ def test_a_resumed_fit_sees_the_shuffles_of_an_uninterrupted_one(tmp_path, lengt
     """Epoch 3 after a restart from epoch 2's checkpoint: the batches of an unbroken run."""
     import tensorflow as tf
 
-    from keras_vit.training.run import fit_with_checkpoints
+    from keras_vit.training.fitting import fit_with_checkpoints
 
     x, y = tiny_data(24)
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 import keras_vit
 from keras_vit.data import image_limits
-from keras_vit.data import pipelines as vit_pipelines
+from keras_vit.data import pipeline as vit_pipelines
 from tests.bombs import gif_bomb, jpeg_bomb, png_bomb, webp_bomb
 from tests.conftest import BACKEND, TINY
 from tests.test_console import console_environment

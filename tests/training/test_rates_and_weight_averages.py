@@ -112,7 +112,7 @@ def test_a_run_with_ema_validates_reports_and_saves_the_averaged_weights(tmp_pat
     import tensorflow as tf
 
     from keras_vit.training import train
-    from keras_vit.training.run import fit_with_checkpoints
+    from keras_vit.training.fitting import fit_with_checkpoints
 
     model = tiny_classifier()
     recipe = dataclasses.replace(RECIPES["small"], learning_rate=0.05, ema_momentum=0.9)

@@ -13,7 +13,7 @@ import tensorflow as tf
 from keras_vit import data as vit_data
 from keras_vit.cli import main
 from keras_vit.training.batch_norm import recompute_batch_norm_statistics
-from keras_vit.training.run import read_run
+from keras_vit.training.run_folder import read_run
 
 
 def write_dataset(root, per_class=48, shades=(("dark", 40), ("light", 200))):

@@ -1,0 +1,100 @@
+"""A run's saved model for the commands that use it: loaded with a clear error, and its data."""
+
+import os
+
+
+def exported_kind(path):
+    """What kind of export `path` is ("a TFLite model", ...), or `None` for anything else."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "saved_model.pb")):
+            return "an exported SavedModel folder"
+        return None
+    if path.endswith(".onnx"):
+        return "an ONNX model"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError:
+        return None
+    return "a TFLite model" if head[4:8] == b"TFL3" else None  # its FlatBuffer's identifier
+
+
+def load_run_model(path, classifier=True):
+    """`(model, class_names)` of a `.keras` file, or a `ValueError` naming the real cause.
+
+    With `classifier`, the model must map images to one row of class scores
+    (a pre-training model does not).
+    """
+    import json
+    import zipfile
+
+    import keras
+
+    export = exported_kind(path)
+    if export is not None:
+        raise ValueError(
+            f"{path} is {export}, not a .keras model file: give the model.keras it was "
+            "exported from (keras-vit predict also runs a .tflite; keras-vit export checks "
+            "an export against its model when it makes it)"
+        )
+    if not os.path.isfile(path):
+        raise ValueError(f"no such model file: {path!r}")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path} is not a .keras model file: it is not a zip archive "
+            "(a truncated download, or another kind of file)"
+        )
+    with zipfile.ZipFile(path) as archive:
+        if "config.json" not in archive.namelist():
+            raise ValueError(
+                f"{path} is a zip archive without config.json: not a .keras model file"
+            )
+    try:
+        model = keras.models.load_model(path)
+    except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as error:
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} could not be loaded as a Keras model: {cause}") from None
+    if classifier and (
+        len(model.outputs) != 1
+        or len(model.outputs[0].shape) != 2
+        or len(model.inputs) != 1
+        or len(model.inputs[0].shape) != 4
+    ):
+        outputs = [tuple(o.shape) for o in model.outputs]
+        raise ValueError(
+            f"{path} is not an image classifier (images in, one row of class scores out; it "
+            f"outputs {outputs[0] if len(outputs) == 1 else outputs}): a pre-training or "
+            f"feature model? Fine-tune it into one first: keras-vit finetune {path}"
+        )
+    if classifier:  # the commands' pipelines make channels-last images
+        from keras_vit.export.graph import channels_last_input
+
+        model = channels_last_input(model)
+    names_path = os.path.join(os.path.dirname(os.path.abspath(path)), "class_names.json")
+    class_names = None
+    if os.path.isfile(names_path):
+        with open(names_path) as f:
+            class_names = json.load(f)
+    return model, class_names
+
+
+def run_data(args):
+    """`(dataset, options)` for a command on a run's model: the run's own data by default.
+
+    A model written by `keras-vit train` has `run.json` beside it, which
+    names its dataset (and data folder, held-out split); `--dataset` picks
+    another. Without either, Fashion-MNIST.
+    """
+    from keras_vit.training.run_folder import read_run
+    from keras_vit.training.settings import path_reference as dataset_reference
+
+    recorded = read_run(os.path.dirname(os.path.abspath(args.model))) or {}
+    dataset = args.dataset or recorded.get("dataset") or "fashion_mnist"
+    options = {}
+    same = dataset_reference(dataset) == recorded.get("dataset")
+    data_dir = args.data_dir or (recorded.get("data_dir") if same else None)
+    if data_dir:
+        options["data_dir"] = data_dir
+    if same and recorded.get("validation_split") is not None:
+        options["validation_split"] = recorded["validation_split"]
+    return dataset, options
