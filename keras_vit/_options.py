@@ -50,6 +50,21 @@ def given(argument, value):
     return f"{option} {value!r}"
 
 
+def code(argument, value, typed=None):
+    """`argument` set to `value` as its caller would write it, to quote in a message.
+
+    From Python the assignment in backticks (image_size=(224, 224) quoted as
+    code); from the command line the option as typed (--image-size 224:
+    `typed`, else `value`; a flag alone).
+    """
+    option = _option(argument)
+    if option is None:
+        return f"`{argument}={value!r}`"
+    if value is True:
+        return option
+    return f"{option} {value if typed is None else typed}"
+
+
 # The command line's value types (argparse `type=`): a bad value is argparse's
 # one-line error naming the option.
 

@@ -516,7 +516,7 @@ def test_messages_name_the_options_the_command_took():
         from keras_vit import _options
 
         assert (
-            f"pass {_options.given('overwrite', True)} to replace it, or another "
+            f"pass {_options.code('overwrite', True)} to replace it, or another "
             f"{_options.name('version')}."
         ) == "pass --overwrite to replace it, or another --output version folder."
     with options_named(train_options()):

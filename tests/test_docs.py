@@ -227,8 +227,8 @@ def resolves(name):
 def unresolved_names(text):
     """The dotted names of keras_vit (or its tests) in a page's code spans that do not exist.
 
-    A name may start from a part of the package (`cli.common.progress` is
-    `keras_vit.cli.common.progress`); `ops.x` may also be Keras' own.
+    A name may start from a part of the package (`cli.options.progress` is
+    `keras_vit.cli.options.progress`); `ops.x` may also be Keras' own.
     """
     missing = []
     for name in sorted(set(DOTTED_NAME.findall(text))):
@@ -248,7 +248,7 @@ def test_every_dotted_name_the_docs_mention_exists(path):
 
 
 def test_the_dotted_name_check_finds_a_renamed_function():
-    text = "`cli.common.progress` and `keras_vit.models.flop_count()` and `cli._progress`."
+    text = "`cli.options.progress` and `keras_vit.models.flop_count()` and `cli._progress`."
     assert unresolved_names(text) == ["cli._progress"]
     assert unresolved_names("`ops.split` is Keras'; `keras_vit.nothing.here`") == [
         "keras_vit.nothing.here"

@@ -84,7 +84,7 @@ def input_spec(model, batch_size=None, image_size=None, any_size=False):
         raise ValueError(
             f"The model takes images of any size (input shape {model.inputs[0].shape}); "
             "this export needs static shapes: name the size to export it at, e.g. "
-            f"{_options.given('image_size', 224)}."
+            f"{_options.code('image_size', (224, 224), typed=224)}."
         )
     return (batch_size, *shape), "float32"
 

@@ -306,9 +306,7 @@ def tflite(
     if not path.endswith(".tflite"):
         raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
     if os.path.exists(path) and not overwrite:
-        raise ValueError(
-            f"{path!r} exists; pass {_options.given('overwrite', True)} to replace it."
-        )
+        raise ValueError(f"{path!r} exists; pass {_options.code('overwrite', True)} to replace it.")
     (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
     image_size = image_shape[:2]
     classes = model.outputs[0].shape[-1]

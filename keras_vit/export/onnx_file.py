@@ -59,9 +59,7 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
     if not path.endswith(".onnx"):
         raise ValueError(f"`path` must end in '.onnx'. Received: path={path!r}")
     if os.path.exists(path) and not overwrite:
-        raise ValueError(
-            f"{path!r} exists; pass {_options.given('overwrite', True)} to replace it."
-        )
+        raise ValueError(f"{path!r} exists; pass {_options.code('overwrite', True)} to replace it.")
     if opset is not None and (not isinstance(opset, int) or isinstance(opset, bool) or opset < 13):
         raise ValueError(f"`opset` must be an int >= 13 or None. Received: opset={opset!r}")
     (_, height, width, channels), _ = graph.input_spec(model, image_size=image_size)

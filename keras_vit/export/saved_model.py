@@ -305,7 +305,7 @@ def saved_model(
     if os.path.isdir(version_dir) and os.listdir(version_dir) and not overwrite:
         raise ValueError(
             f"The version directory {version_dir!r} exists and is not empty; "
-            f"pass {_options.given('overwrite', True)} to replace it, or another "
+            f"pass {_options.code('overwrite', True)} to replace it, or another "
             f"{_options.name('version')}."
         )
     if os.path.exists(version_dir) and not os.path.isdir(version_dir):

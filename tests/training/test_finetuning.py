@@ -69,8 +69,20 @@ def test_a_new_head_is_fitted_on_the_frozen_features_and_nothing_else_moves():
 
 
 @pytest.mark.slow
-def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run, tmp_path):
+def test_finetune_reads_its_checkpoint_once_fits_the_new_head_first_and_a_resumed_run_does_not(
+    trained_run, tmp_path, monkeypatch
+):
+    from keras_vit.weights import readers
     from tests.training.test_train_command import killed_after_first_checkpoint, write_dataset
+
+    checkpoint = os.path.join(trained_run.folder, "model.keras")
+    reads, read = [], readers._read_tensors
+
+    def counted(path):
+        reads.append(os.path.realpath(path))
+        return read(path)
+
+    monkeypatch.setattr(readers, "_read_tensors", counted)
 
     assert RECIPES["finetune"].head_first and not RECIPES["paper_finetune"].head_first
     # Three classes where the trained run's checkpoint has two: a new head.
@@ -82,7 +94,7 @@ def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run
     def finetune():
         return train(
             data,
-            weights=os.path.join(trained_run.folder, "model.keras"),
+            weights=checkpoint,
             image_size=16,
             epochs=2,
             batch_size=8,
@@ -93,6 +105,8 @@ def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run
 
     with killed_after_first_checkpoint():
         finetune()
+    # Its architecture, then its weights: one read of the file.
+    assert reads.count(os.path.realpath(checkpoint)) == 1, reads
     # train(weights=...)'s defaults are the command's: the `finetune` recipe.
     with open(os.path.join(out, "run.json")) as f:
         assert json.load(f)["recipe"] == "finetune"
@@ -100,5 +114,6 @@ def test_finetune_fits_the_new_head_first_and_a_resumed_run_does_not(trained_run
     # The resumed run has its fitted head in its checkpoint: no second fit.
     del lines[:]
     finetune()
+    assert reads.count(os.path.realpath(checkpoint)) == 2, reads  # one more for the resumed run
     assert any("resuming from" in line for line in lines), lines
     assert not any(line.startswith("head:") for line in lines)
