@@ -388,25 +388,15 @@ def int8_float_blocks(
         )
     test_images, test_labels = fashion_mnist_at(image_size, "test", test)
     calibration_images, _ = fashion_mnist_at(image_size, "train", calibration)
-    captured = {}
-
-    def calibrate_and_keep(tf, converter, quantization):
-        captured["debugger"] = litert._int8_debugger(tf, converter)
-        return captured["debugger"].get_nondebug_quantized_model()
-
-    convert, litert._run_converter = litert._run_converter, calibrate_and_keep
-    try:
-        path = os.path.join(out, "classifier_int8.tflite")
+    with litert.keeping_int8_debuggers() as debuggers:
         keras_vit.export.tflite(
             classifier,
-            path,
+            os.path.join(out, "classifier_int8.tflite"),
             quantization="int8",
             representative_data=calibration_images,
             overwrite=True,
         )
-    finally:
-        litert._run_converter = convert
-    debugger = captured["debugger"]
+    (debugger,) = debuggers
     dense_outputs, block_nodes = dense_outputs_by_block(debugger.calibrated_model, blocks)
 
     outside_blocks = [

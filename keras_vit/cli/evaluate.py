@@ -64,7 +64,7 @@ def run(args):
         fail("evaluate", error)
     import keras
 
-    from keras_vit.export.graph import outputs_probabilities
+    from keras_vit.export.checks import outputs_probabilities
 
     # The model's own output kind: logits, or probabilities of a softmax head.
     from_logits = not outputs_probabilities(model)

@@ -117,7 +117,7 @@ def _default_output(args, model):
 def run(args):
     """Exports a saved model as a TF Serving SavedModel or a TFLite file, then checks it."""
     from keras_vit import export
-    from keras_vit.export.graph import agreement_warning
+    from keras_vit.export.checks import agreement_warning
     from keras_vit.export.litert import CALIBRATED
     from keras_vit.export.saved_model import SIGNATURES
 

@@ -65,7 +65,7 @@ def run(args):
     """Top-k classes of image files, with a .keras or a .tflite model."""
     import numpy as np
 
-    from keras_vit.export.graph import as_probabilities
+    from keras_vit.export.checks import as_probabilities
 
     try:
         missing_files(args.images)
@@ -77,7 +77,7 @@ def run(args):
             class_names = runner.metadata.get("class_names")
             outputs_logits = runner.metadata.get("output", "logits") == "logits"
         else:
-            from keras_vit.export.graph import outputs_probabilities
+            from keras_vit.export.checks import outputs_probabilities
 
             if args.model.endswith(".keras"):
                 model, class_names = load_run_model(args.model)

@@ -8,6 +8,7 @@ and output kind, for `keras-vit predict --model vit.tflite` and for apps.
 """
 
 import contextlib
+import contextvars
 import json
 import os
 import tempfile
@@ -20,8 +21,9 @@ import numpy as np
 from keras_vit import _options
 from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
-from keras_vit.export import graph, rotation
-from keras_vit.layers.layer_norm import variance_from_second_moment
+from keras_vit.export import artefacts, checks, graph, rotation
+from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
+from keras_vit.layers.layer_normalization import variance_from_second_moment
 
 QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full", "int16x8")
 # The modes whose activation ranges are calibrated on representative images.
@@ -48,9 +50,7 @@ FLOAT_OPS = (
 )
 
 
-def metadata_path(path):
-    """The JSON file that describes a `.tflite` file."""
-    return os.path.splitext(os.fspath(path))[0] + ".json"
+metadata_path = artefacts.metadata_path  # (the `.json` beside a `.tflite` file)
 
 
 def _check_quantization(quantization):
@@ -104,11 +104,46 @@ def _int8_debugger(tf, converter):
     )
 
 
+# The int8 debuggers that `keeping_int8_debuggers` blocks of this context keep.
+_KEPT_DEBUGGERS = contextvars.ContextVar("keras_vit_int8_debuggers", default=None)
+
+
+@contextlib.contextmanager
+def keeping_int8_debuggers():
+    """Within the block, each `"int8"` conversion in this process keeps its debugger.
+
+    Yields a list that receives the calibrated
+    `tf.lite.experimental.QuantizationDebugger` of each `tflite(...,
+    quantization="int8")` call (TensorFlow backend): its
+    `calibrated_model`, and its `options` re-quantising without a second
+    calibration, let a study quantise other sets of ops of the same
+    calibration (`benchmarks/real_weights.py float-blocks`).
+
+    Example:
+
+    ```python
+    with keeping_int8_debuggers() as debuggers:
+        keras_vit.export.tflite(model, "vit.tflite", quantization="int8", representative_data=x)
+    debuggers[0].calibrated_model
+    ```
+    """
+    kept = []
+    token = _KEPT_DEBUGGERS.set(kept)
+    try:
+        yield kept
+    finally:
+        _KEPT_DEBUGGERS.reset(token)
+
+
 def _run_converter(tf, converter, quantization):
     if quantization != "int8":
         return converter.convert()
     # The public way to quantise all but some op types.
-    return _int8_debugger(tf, converter).get_nondebug_quantized_model()
+    debugger = _int8_debugger(tf, converter)
+    kept = _KEPT_DEBUGGERS.get()
+    if kept is not None:
+        kept.append(debugger)
+    return debugger.get_nondebug_quantized_model()
 
 
 def _convert(model, quantization, calibration, allow_flex, image_size=None):
@@ -197,7 +232,7 @@ def delegate_partitions(path_or_content, num_threads=None):
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(
-        model_content=_read(path_or_content), num_threads=graph.cpu_threads(num_threads)
+        model_content=_read(path_or_content), num_threads=checks.cpu_threads(num_threads)
     )
     interpreter.allocate_tensors()
     return sum(op["op_name"] == "DELEGATE" for op in litert_ops(interpreter))
@@ -300,20 +335,8 @@ def tflite(
     """
     model = graph.channels_last_input(model)
     quantization = _check_quantization(quantization)
-    if not isinstance(rotate, bool):
-        raise TypeError(f"`rotate` must be True or False. Received: rotate={rotate!r}")
+    image_shape, class_names = _checked(model, path, overwrite, image_size, class_names, rotate)
     path = os.fspath(path)
-    if not path.endswith(".tflite"):
-        raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
-    if os.path.exists(path) and not overwrite:
-        raise ValueError(f"{path!r} exists; pass {_options.code('overwrite', True)} to replace it.")
-    (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
-    image_size = image_shape[:2]
-    classes = model.outputs[0].shape[-1]
-    if class_names is not None:
-        from keras_vit.export.saved_model import _check_class_names
-
-        class_names = _check_class_names(class_names, classes)
     calibration = None
     if quantization in CALIBRATED:
         if representative_data is None:
@@ -322,24 +345,50 @@ def tflite(
                 "(images from the training pipeline) to calibrate the activation ranges."
             )
         calibration = calibration_images(representative_data, image_shape, calibration_count)
+    settings = dict(
+        quantization=quantization,
+        class_names=class_names,
+        allow_flex=allow_flex,
+        image_size=image_shape[:2],
+        rotate=rotate,
+    )
     if keras.backend.backend() != "tensorflow":
         # jax2tf graphs hold XLA calls that TFLite cannot convert: rebuild on TF.
-        with tempfile.TemporaryDirectory(prefix="keras_vit_calibration_") as directory:
-            arguments = dict(
-                path=path,
-                quantization=quantization,
-                class_names=class_names,
-                overwrite=overwrite,
-                allow_flex=allow_flex,
-                image_size=image_size,
-                rotate=rotate,
-            )
-            if calibration is not None:
-                arguments["representative_data"] = os.path.join(directory, "images.npy")
-                np.save(arguments["representative_data"], calibration)
-                arguments["calibration_count"] = len(calibration)
-            return graph.rebuild_on_tensorflow(model, "tflite", **arguments)
+        return _tflite_on_tensorflow(model, path, calibration, overwrite=overwrite, **settings)
+    return _write_tflite(model, path, calibration, **settings)
 
+
+def _checked(model, path, overwrite, image_size, class_names, rotate):
+    """`(image shape, class names)` of a TFLite export, its arguments checked first."""
+    if not isinstance(rotate, bool):
+        raise TypeError(f"`rotate` must be True or False. Received: rotate={rotate!r}")
+    path = os.fspath(path)
+    if not path.endswith(".tflite"):
+        raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
+    if os.path.exists(path) and not overwrite:
+        raise ValueError(f"{path!r} exists; pass {_options.code('overwrite', True)} to replace it.")
+    (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
+    if class_names is not None:
+        from keras_vit.export.saved_model import _check_class_names
+
+        class_names = _check_class_names(class_names, model.outputs[0].shape[-1])
+    return tuple(image_shape), class_names
+
+
+def _tflite_on_tensorflow(model, path, calibration, **settings):
+    """`tflite` in the TensorFlow child process, its calibration images passed as a file."""
+    with tempfile.TemporaryDirectory(prefix="keras_vit_calibration_") as directory:
+        if calibration is not None:
+            settings["representative_data"] = os.path.join(directory, "images.npy")
+            np.save(settings["representative_data"], calibration)
+            settings["calibration_count"] = len(calibration)
+        return rebuild_on_tensorflow(model, "tflite", path=path, **settings)
+
+
+def _write_tflite(
+    model, path, calibration, *, quantization, class_names, allow_flex, image_size, rotate
+):
+    """Converts (the rotated copy, for the int8 modes) and writes the file and its metadata."""
     rotated = rotate and quantization in ROTATED and not rotation.unrotatable_weights(model)
     if rotated:
         model, rotated = _rotated_if_the_same(model, calibration[:2])
@@ -348,31 +397,17 @@ def tflite(
     flex = sorted(name for name in counts if name.startswith("Flex") or name == "CUSTOM")
     if flex and not allow_flex:
         raise ValueError(f"The converted graph holds Flex/custom ops {flex}; not written.")
-    (height, width, channels) = image_shape
-    metadata = {
-        "format": "keras_vit.tflite/1",
-        "model_name": model.name,
-        "image_size": [height, width],
-        "channels": channels,
-        "input": "float32 (1, height, width, channels), pixels in [0, 255]",
-        "output": "probabilities" if graph.outputs_probabilities(model) else "logits",
-        "classes": classes,
-        "class_names": class_names,
-        "quantization": quantization or "none",
-        "rotated": rotated,
-        "exported_from_backend": keras.backend.backend(),
-    }
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    for target, data, mode in (
-        (path, content, "wb"),
-        (metadata_path(path), json.dumps(metadata, indent=2), "w"),
-    ):
-        # Written aside and renamed in: a failure never leaves half a file.
-        with tempfile.NamedTemporaryFile(mode, dir=directory, delete=False, suffix=".partial") as f:
-            f.write(data)
-        graph.apply_umask(f.name)
-        os.replace(f.name, target)
+    described = artefacts.metadata(
+        model,
+        "tflite",
+        image_size,
+        class_names,
+        output="probabilities" if checks.outputs_probabilities(model) else "logits",
+        input="float32 (1, height, width, channels), pixels in [0, 255]",
+        quantization=quantization or "none",
+        rotated=rotated,
+    )
+    artefacts.write_aside({path: content, metadata_path(path): json.dumps(described, indent=2)})
     return {
         "path": path,
         "metadata_path": metadata_path(path),
@@ -414,7 +449,7 @@ class TFLiteModel:
             # TensorFlow Lite XNNPACK delegate"), past Python's logging settings.
             with native_stderr_captured():
                 self.interpreter = Interpreter(
-                    model_path=self.path, num_threads=graph.cpu_threads(num_threads)
+                    model_path=self.path, num_threads=checks.cpu_threads(num_threads)
                 )
                 self.interpreter.allocate_tensors()
         except ValueError as error:
@@ -473,7 +508,7 @@ def check_tflite(path, model, images, num_threads=None, latency_runs=50, verbose
         progress.add(1)
     served = np.stack(served)
     return {
-        **graph.agreement(served, model, images, verbose),
+        **checks.agreement(served, model, images, verbose),
         "bytes": os.path.getsize(path),
         "latency_ms": runner.latency_ms(images[0], runs=latency_runs),
         "xnnpack_partitions": delegate_partitions(path, num_threads),

@@ -20,12 +20,10 @@ import numpy as np
 
 from keras_vit import _options
 from keras_vit._native_output import native_stderr_captured
-from keras_vit.export import graph
+from keras_vit.export import artefacts, checks, graph
+from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
 
-
-def metadata_path(path):
-    """The `.json` written beside an `.onnx` file."""
-    return os.path.splitext(os.fspath(path))[0] + ".json"
+metadata_path = artefacts.metadata_path  # (the `.json` beside an `.onnx` file)
 
 
 def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, opset=None):
@@ -69,7 +67,7 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
 
         class_names = _check_class_names(class_names, classes)
     if keras.backend.backend() != "tensorflow":
-        return graph.rebuild_on_tensorflow(
+        return rebuild_on_tensorflow(
             model,
             "onnx",
             path=path,
@@ -105,22 +103,18 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
         written = onnx_format.load(staged, load_external_data=False)
         if replace_erfc(written.graph):
             onnx_format.save(written, staged)
-        metadata = {
-            "format": "keras_vit.onnx/1",
-            "model_name": model.name,
-            "image_size": [height, width],
-            "channels": channels,
-            "input": f"float32 (batch, {height}, {width}, {channels}), pixels in [0, 255]",
-            "output": "probabilities" if graph.outputs_probabilities(model) else "logits",
-            "classes": classes,
-            "class_names": class_names,
-            "opset": max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")),
-            "exported_from_backend": keras.backend.backend(),
-        }
+        metadata = artefacts.metadata(
+            model,
+            "onnx",
+            (height, width),
+            class_names,
+            input=f"float32 (batch, {height}, {width}, {channels}), pixels in [0, 255]",
+            opset=max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")),
+        )
         with open(os.path.join(staging, "model.json"), "w") as f:
             json.dump(metadata, f, indent=2)
         for name, target in (("model.onnx", path), ("model.json", metadata_path(path))):
-            graph.apply_umask(os.path.join(staging, name))
+            artefacts.apply_umask(os.path.join(staging, name))
             os.replace(os.path.join(staging, name), target)
     return {
         "path": path,
@@ -192,7 +186,7 @@ def check_onnx(path, model, images, num_threads=None, latency_runs=50, verbose=0
                 os.fspath(path),
                 images_path,
                 outputs_path,
-                str(graph.cpu_threads(num_threads)),
+                str(checks.cpu_threads(num_threads)),
                 str(latency_runs),
             ],
             capture_output=True,
@@ -205,7 +199,7 @@ def check_onnx(path, model, images, num_threads=None, latency_runs=50, verbose=0
         report = json.loads(done.stdout.strip().splitlines()[-1])
         served = np.load(outputs_path)
     return {
-        **graph.agreement(served, model, images, verbose),
+        **checks.agreement(served, model, images, verbose),
         "bytes": os.path.getsize(path),
         **report,
     }

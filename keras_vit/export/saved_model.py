@@ -12,7 +12,8 @@ import tempfile
 import keras
 
 from keras_vit import _options
-from keras_vit.export import graph
+from keras_vit.export import artefacts, checks, graph
+from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
 
 METADATA_FILE = "keras_vit.json"
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -63,19 +64,16 @@ def serving_metadata(
     max_image_pixels, max_image_bytes = image_limits.resolve_limits(
         max_image_pixels, max_image_bytes
     )
-    height, width = _bytes_image_size(model, image_size)
-    channels = model.inputs[0].shape[-1]
     any_size = graph.takes_any_size(model)
     classes = model.outputs[0].shape[-1]
-    return {
-        "format": "keras_vit.saved_model/1",
-        "model_name": model.name,
-        "keras_vit_version": keras_vit.__version__,
-        "exported_from_backend": keras.backend.backend(),
-        "image_size": [height, width],
-        "any_image_size": any_size,
-        "channels": channels,
-        "float_input": "serving_default: float32 (batch, height, width, channels), "
+    return artefacts.metadata(
+        model,
+        "saved_model",
+        _bytes_image_size(model, image_size),
+        class_names,
+        keras_vit_version=keras_vit.__version__,
+        any_image_size=any_size,
+        float_input="serving_default: float32 (batch, height, width, channels), "
         "RGB (or grey) pixels in [0, 255]; the model rescales them itself"
         + (
             "; any height and width that are multiples of the patch size (one size "
@@ -83,20 +81,18 @@ def serving_metadata(
             if any_size
             else ""
         ),
-        "bytes_input": "serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP/WebP bytes; "
+        bytes_input="serving_bytes: string (batch,) of JPEG/PNG/GIF/BMP/WebP bytes; "
         "decoded, resized (bilinear) and centre-cropped in the graph; images whose "
         "header declares more than max_image_pixels pixels, or longer than "
         "max_image_bytes bytes, are refused before decoding",
-        "max_image_pixels": max_image_pixels,
-        "max_image_bytes": max_image_bytes,
-        "resize_method": "bilinear",
-        "crop_fraction": crop_fraction,
-        "classes": classes,
-        "top_k": min(top_k, classes),
-        "class_names": class_names,
-        "outputs": ["probabilities", "top_k_scores", "top_k_classes"]
+        max_image_pixels=max_image_pixels,
+        max_image_bytes=max_image_bytes,
+        resize_method="bilinear",
+        crop_fraction=crop_fraction,
+        top_k=min(top_k, classes),
+        outputs=["probabilities", "top_k_scores", "top_k_classes"]
         + (["top_k_names"] if class_names else []),
-    }
+    )
 
 
 def serving_module(
@@ -128,7 +124,7 @@ def serving_module(
     call = graph.model_function(model, any_size=True)
     height, width = _bytes_image_size(model, image_size)
     (_, model_height, model_width, channels), _ = graph.input_spec(model, any_size=True)
-    softmax_inside = graph.outputs_probabilities(model)
+    softmax_inside = checks.outputs_probabilities(model)
     classes = model.outputs[0].shape[-1]
     k = min(top_k, classes)
     module = tf.Module()
@@ -285,21 +281,13 @@ def saved_model(
         raise TypeError(f"`model` must be a built Keras model. Received: model={model!r}")
     model = graph.channels_last_input(model)
     graph.input_spec(model, image_size=image_size, any_size=True)
-    bytes_size = list(_bytes_image_size(model, image_size))
-    class_names = _check_class_names(class_names, classes)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise ValueError(
-            f"{_options.name('top_k')} must be a positive int. "
-            f"Received: {_options.given('top_k', top_k)}"
-        )
-    if not 0.0 < crop_fraction <= 1.0:
-        raise ValueError(
-            f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
-        )
-    from keras_vit.data import image_limits
-
-    max_image_pixels, max_image_bytes = image_limits.resolve_limits(
-        max_image_pixels, max_image_bytes
+    served = dict(
+        class_names=_check_class_names(class_names, classes),
+        crop_fraction=crop_fraction,
+        top_k=top_k,
+        **_checked_limits(
+            model, top_k, crop_fraction, image_size, max_image_pixels, max_image_bytes
+        ),
     )
     model_dir, version_dir = _version_directory(export_dir, version)
     if os.path.isdir(version_dir) and os.listdir(version_dir) and not overwrite:
@@ -313,33 +301,51 @@ def saved_model(
     backend = keras.backend.backend()
     # jax2tf would need shape polymorphism for a model of any size: rebuilt on TF.
     if backend != "tensorflow" and (backend != "jax" or graph.takes_any_size(model)):
-        return graph.rebuild_on_tensorflow(
+        return rebuild_on_tensorflow(
             model,
             "saved_model",
             export_dir=version_dir,
-            class_names=class_names,
-            crop_fraction=crop_fraction,
-            top_k=top_k,
             overwrite=overwrite,
             warmup=warmup,
-            max_image_pixels=max_image_pixels,
-            max_image_bytes=max_image_bytes,
-            image_size=bytes_size,
+            **served,
         )
+    _write_version(model, model_dir, version_dir, served, warmup)
+    return version_dir
 
-    import tensorflow as tf
 
-    limits = {
+def _checked_limits(model, top_k, crop_fraction, image_size, max_image_pixels, max_image_bytes):
+    """The encoded images' limits and size (`serving_bytes`), its other arguments checked."""
+    from keras_vit.data import image_limits
+
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ValueError(
+            f"{_options.name('top_k')} must be a positive int. "
+            f"Received: {_options.given('top_k', top_k)}"
+        )
+    if not 0.0 < crop_fraction <= 1.0:
+        raise ValueError(
+            f"`crop_fraction` must be in (0, 1]. Received: crop_fraction={crop_fraction!r}"
+        )
+    max_image_pixels, max_image_bytes = image_limits.resolve_limits(
+        max_image_pixels, max_image_bytes
+    )
+    return {
         "max_image_pixels": max_image_pixels,
         "max_image_bytes": max_image_bytes,
-        "image_size": bytes_size,
+        "image_size": list(_bytes_image_size(model, image_size)),
     }
-    module = serving_module(model, class_names, crop_fraction, top_k, **limits)
-    metadata = serving_metadata(model, class_names, crop_fraction, top_k, **limits)
+
+
+def _write_version(model, model_dir, version_dir, served, warmup):
+    """Writes the version folder aside (its signatures, metadata, warm-up), then renames it in."""
+    import tensorflow as tf
+
+    module = serving_module(model, **served)
+    metadata = serving_metadata(model, **served)
     os.makedirs(model_dir, exist_ok=True)
     # Dot-prefixed: TF Serving ignores non-numeric names while it is written.
     staging = tempfile.mkdtemp(prefix=".keras_vit_partial_", dir=model_dir)
-    graph.apply_umask(staging)
+    artefacts.apply_umask(staging)
     try:
         tf.saved_model.save(
             module,
@@ -353,7 +359,9 @@ def saved_model(
         with open(os.path.join(extra, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)
         if warmup:
-            _write_warmup(os.path.join(extra, WARMUP_FILE), *bytes_size, model.inputs[0].shape[-1])
+            height, width = served["image_size"]
+            channels = model.inputs[0].shape[-1]
+            _write_warmup(os.path.join(extra, WARMUP_FILE), height, width, channels)
         if os.path.isdir(version_dir):
             replaced = version_dir + ".replaced"
             os.rename(version_dir, replaced)
@@ -364,14 +372,13 @@ def saved_model(
     finally:
         if os.path.isdir(staging):
             shutil.rmtree(staging)
-    return version_dir
 
 
 def _keras_probabilities(model, images, verbose=0):
     import numpy as np
 
     scores = model.predict(np.asarray(images, "float32"), verbose=verbose)
-    return graph.as_probabilities(scores, graph.outputs_probabilities(model))
+    return checks.as_probabilities(scores, checks.outputs_probabilities(model))
 
 
 def check_saved_model(version_dir, model, images, encoded_images=(), crop_fraction=1.0, verbose=0):

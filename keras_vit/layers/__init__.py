@@ -1,12 +1,11 @@
 """Keras layers of the Vision Transformer; `keras.ops` only, every backend."""
 
 from keras_vit.layers.attention_pooling import AttentionPooling
-from keras_vit.layers.batch_norm import BatchNormalization
+from keras_vit.layers.batch_normalization import BatchNormalization
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
-from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
-from keras_vit.layers.masked_token_restoration import RestoreMaskedTokens
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_dropout import PatchDropout
@@ -17,10 +16,11 @@ from keras_vit.layers.position_embedding import (
     sincos_2d_position_embeddings,
 )
 from keras_vit.layers.register_tokens import RegisterTokens
+from keras_vit.layers.restore_masked_tokens import RestoreMaskedTokens
+from keras_vit.layers.select_tokens import SelectTokens
 from keras_vit.layers.stochastic_depth import StochasticDepth
-from keras_vit.layers.token_merging import TokenMergingBlock, bipartite_merge
+from keras_vit.layers.token_merging_block import TokenMergingBlock, bipartite_merge
 from keras_vit.layers.token_pooling import TokenPooling
-from keras_vit.layers.token_selection import SelectTokens
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [

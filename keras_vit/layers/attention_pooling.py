@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.gelu import GeluDense
-from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.gelu_dense import GeluDense
+from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.multi_head_self_attention import _projection_initializer, fresh_initializer
 
 

@@ -5,7 +5,7 @@ import math
 import keras
 import numpy as np
 
-from keras_vit.layers.batch_norm import BatchNormalization
+from keras_vit.layers.batch_normalization import BatchNormalization
 
 DOWNSAMPLINGS = ("convolution", "max_pool")
 

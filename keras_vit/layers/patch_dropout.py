@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit import _options
-from keras_vit.layers.token_selection import check_num_prefix_tokens
+from keras_vit.layers.select_tokens import check_num_prefix_tokens
 
 
 def check_rate(rate, name="rate"):

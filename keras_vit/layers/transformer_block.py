@@ -5,8 +5,8 @@ import contextlib
 import keras
 from keras import ops
 
-from keras_vit.layers.gelu import GeluDense
-from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.gelu_dense import GeluDense
+from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
     MultiHeadSelfAttention,

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_vit.layers.token_merging import TokenMergingBlock
+from keras_vit.layers.token_merging_block import TokenMergingBlock
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_block import TransformerBlock
 from keras_vit.weights import encoder_blocks

@@ -1,7 +1,10 @@
 """Training: the paper's recipes and the `keras-vit train` job."""
 
 from keras_vit.training.backup import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
-from keras_vit.training.batch_norm import PreciseBatchNorm, recompute_batch_norm_statistics
+from keras_vit.training.batch_norm_statistics import (
+    PreciseBatchNorm,
+    recompute_batch_norm_statistics,
+)
 from keras_vit.training.curves import plot_history
 from keras_vit.training.distillation import Distiller, load_teacher
 from keras_vit.training.finetuning import fit_new_heads

@@ -56,7 +56,7 @@ def fit_with_checkpoints(
     With `statistics_data` (a function that returns batches of training
     images without augmentation), the model's BatchNorm statistics are
     recomputed on them before each validation and after the last epoch
-    (`keras_vit.training.batch_norm.PreciseBatchNorm`): the model saved and
+    (`keras_vit.training.batch_norm_statistics.PreciseBatchNorm`): the model saved and
     the accuracy reported are what inference gives, after a run of any length.
 
     Returns:
@@ -92,7 +92,7 @@ def fit_with_checkpoints(
         before.append(keras.callbacks.SwapEMAWeights())
     statistics = None
     if statistics_data is not None:
-        from keras_vit.training.batch_norm import PreciseBatchNorm
+        from keras_vit.training.batch_norm_statistics import PreciseBatchNorm
 
         statistics = PreciseBatchNorm(statistics_data, log=log)
         before.append(statistics)

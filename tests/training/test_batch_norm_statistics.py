@@ -5,7 +5,10 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.training.batch_norm import PreciseBatchNorm, recompute_batch_norm_statistics
+from keras_vit.training.batch_norm_statistics import (
+    PreciseBatchNorm,
+    recompute_batch_norm_statistics,
+)
 
 
 def stem_model():

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from keras_vit import data as vit_data
 from keras_vit.cli import main
-from keras_vit.training.batch_norm import recompute_batch_norm_statistics
+from keras_vit.training.batch_norm_statistics import recompute_batch_norm_statistics
 from keras_vit.training.run_folder import read_run
 
 

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.token_selection import check_num_prefix_tokens
+from keras_vit.layers.select_tokens import check_num_prefix_tokens
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 from keras.src import testing
 
-from keras_vit.layers.gelu import GeluDense, gelu_approximate, gelu_exact
+from keras_vit.layers.gelu_dense import GeluDense, gelu_approximate, gelu_exact
 from keras_vit.ops import gelu
 from tests import reference
 from tests.autodiff import gradients

@@ -1,0 +1,67 @@
+"""What an export writes: the artefact and its metadata file, whole or not at all.
+
+Every export is written aside under a temporary name and renamed in (a
+failure never leaves half a file), readable as a plain `open` would make it
+under the process's umask, with a JSON file beside it (`metadata`: one
+layout for every format) that says what the artefact takes and gives.
+"""
+
+import os
+import tempfile
+
+import keras
+
+
+def process_umask():
+    """The process's umask (reading it means setting it: set back at once)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def apply_umask(path):
+    """Gives `path` the permissions a plain `open`/`mkdir` would under the process's umask.
+
+    `tempfile` creates files 0600 and folders 0700 whatever the umask; an
+    export written aside under a temporary name and renamed in would keep
+    them, and a server running as another user (TF Serving's container)
+    could not read it.
+    """
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~process_umask())
+    return path
+
+
+def metadata_path(path):
+    """The JSON file that describes an export file (`model.tflite` -> `model.json`)."""
+    return os.path.splitext(os.fspath(path))[0] + ".json"
+
+
+def metadata(model, export_format, image_size, class_names=None, **fields):
+    """What a client needs to feed an export and read its outputs, as a dict.
+
+    The fields every format shares (`format`, `model_name`, `image_size`,
+    `channels`, `classes`, `class_names`, `exported_from_backend`), then the
+    format's own `fields`.
+    """
+    return {
+        "format": f"keras_vit.{export_format}/1",
+        "model_name": model.name,
+        "image_size": list(image_size),
+        "channels": model.inputs[0].shape[-1],
+        "classes": model.outputs[0].shape[-1],
+        "class_names": class_names,
+        "exported_from_backend": keras.backend.backend(),
+        **fields,
+    }
+
+
+def write_aside(files):
+    """Writes `{path: bytes or str}`, each aside then renamed in, with the umask's permissions."""
+    for target, data in files.items():
+        directory = os.path.dirname(os.path.abspath(target))
+        os.makedirs(directory, exist_ok=True)
+        mode = "wb" if isinstance(data, bytes) else "w"
+        with tempfile.NamedTemporaryFile(mode, dir=directory, delete=False, suffix=".partial") as f:
+            f.write(data)
+        apply_umask(f.name)
+        os.replace(f.name, target)
