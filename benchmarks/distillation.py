@@ -30,9 +30,8 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from main_job_vs_cnn import gemm_gflops, run_cnn, run_process  # noqa: E402
+from harness import fresh_process, gemm_gflops
+from main_job_vs_cnn import run_cnn
 
 STUDENTS = {
     "alone": [],
@@ -51,7 +50,7 @@ def run_student(name, backend, quick, seed, teacher):
     if name != "alone":
         command += ["--teacher", teacher, *STUDENTS[name]]
     try:
-        _, wall = run_process(command, backend)
+        _, wall = fresh_process(command, backend)
         with open(os.path.join(output, "metrics.json")) as f:
             metrics = json.load(f)
     finally:

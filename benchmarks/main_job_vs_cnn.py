@@ -35,10 +35,11 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+from harness import fresh_process, gemm_gflops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CNN_EPOCHS = 9
@@ -151,21 +152,10 @@ def write_folder(root, quick):
     return root
 
 
-def run_process(command, backend):
-    """Runs a command in a fresh process; wall-clock from its start to its exit."""
-    environment = {**os.environ, "KERAS_BACKEND": backend, "PYTHONPATH": ROOT}
-    start = time.perf_counter()
-    done = subprocess.run(command, env=environment, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        raise RuntimeError(f"{' '.join(command)} failed under {backend}:\n{done.stderr[-3000:]}")
-    return done.stdout, round(wall, 1)
-
-
 def run_cnn(backend, quick, seed, save=None):
     command = [sys.executable, os.path.abspath(__file__), "--child-cnn", "--seed", str(seed)]
     command += ["--save", save] if save else []
-    stdout, wall = run_process(command + (["--quick"] if quick else []), backend)
+    stdout, wall = fresh_process(command + (["--quick"] if quick else []), backend)
     return {
         "model": "cnn",
         "backend": backend,
@@ -189,7 +179,7 @@ def run_vit(backend, quick, folder, seed):
         ]
         if quick:
             command += ["--dataset", folder, "--epochs", "1", "--image-size", "28"]
-        stdout, wall = run_process(command, backend)
+        stdout, wall = fresh_process(command, backend)
         with open(os.path.join(output, "metrics.json")) as f:
             metrics = json.load(f)
         with open(os.path.join(output, "run.json")) as f:
@@ -206,22 +196,6 @@ def run_vit(backend, quick, folder, seed):
         "epoch_seconds": epochs,
         "parameters": metrics["parameters"],
     }
-
-
-def gemm_gflops(size=4096):
-    """TensorFlow's fp32 size^3 matmul rate, median of 5, in a fresh process."""
-    code = (
-        "import time, numpy as np, tensorflow as tf\n"
-        f"x = np.random.default_rng(0).normal(size=({size}, {size})).astype('float32')\n"
-        "x = tf.constant(x)\n"
-        "f = tf.function(lambda: tf.matmul(x, x)); f().numpy()\n"
-        "times = []\n"
-        "for _ in range(5):\n"
-        "    s = time.perf_counter(); f().numpy(); times.append(time.perf_counter() - s)\n"
-        f"print(2 * {size} ** 3 / sorted(times)[2] / 1e9)\n"
-    )
-    stdout, _ = run_process([sys.executable, "-c", code], "tensorflow")
-    return round(float(stdout.strip().splitlines()[-1]), 1)
 
 
 def summarise(rounds):

@@ -12,10 +12,9 @@ the end; the growth per 1,000 calls is printed as a JSON line per case.
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import textwrap
+
+from harness import fresh_process, python_code
 
 CASE = textwrap.dedent(
     """
@@ -58,23 +57,9 @@ CASE = textwrap.dedent(
 )
 
 
-def fresh_process(code, *arguments, backend="tensorflow"):
-    """The standard output of `code` run with `arguments` in a fresh interpreter of `backend`."""
-    done = subprocess.run(
-        [sys.executable, "-c", code, *map(str, arguments)],
-        env=dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3"),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode:
-        raise RuntimeError(f"{backend} failed:\n{done.stderr[-3000:]}")
-    return done.stdout
-
-
 def measure(backend, calls, warmup, batch_size=32):
     """The JSON results of one backend's fresh process."""
-    output = fresh_process(CASE, calls, warmup, batch_size, backend=backend)
+    output = fresh_process(python_code(CASE, calls, warmup, batch_size), backend).stdout
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
 

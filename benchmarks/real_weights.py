@@ -40,7 +40,8 @@ import argparse
 import json
 import os
 import re
-import sys
+
+from harness import print_gemm_rate
 
 # DINOv2 ViT-S/14 (facebook/dinov2-small): the architecture of the file.
 CONFIG = {
@@ -622,14 +623,6 @@ def finetune(
         )
         print(json.dumps(rows[-1]), flush=True)
     return rows
-
-
-def print_gemm_rate():
-    """The day's fp32 GEMM rate, printed before timed rows (latencies follow it)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from main_job_vs_cnn import gemm_gflops
-
-    print(json.dumps({"gemm_fp32_gflops": gemm_gflops()}), flush=True)
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ import argparse
 import json
 import textwrap
 
-from memory_growth import fresh_process
+from harness import fresh_process, gemm_gflops, python_code
 
 CASE = textwrap.dedent(
     """
@@ -69,23 +69,10 @@ CASE = textwrap.dedent(
     """
 )
 
-GEMM = textwrap.dedent(
-    """
-    import time, tensorflow as tf
-    a = tf.random.normal((1024, 1024)); b = tf.random.normal((1024, 1024))
-    step = tf.function(lambda: tf.matmul(a, b))
-    step()
-    start = time.perf_counter()
-    for _ in range(20):
-        step().numpy()
-    print(round(20 * 2 * 1024**3 / (time.perf_counter() - start) / 1e9))
-    """
-)
-
 
 def run(code, *arguments, backend="tensorflow"):
     """The last line that `code` prints in a fresh interpreter of `backend`."""
-    return fresh_process(code, *arguments, backend=backend).strip().splitlines()[-1]
+    return fresh_process(python_code(code, *arguments), backend).stdout.strip().splitlines()[-1]
 
 
 def main(argv=None):
@@ -101,7 +88,7 @@ def main(argv=None):
                     run(CASE, remat, jit_compile, args.batch_size, args.steps, backend=backend),
                     flush=True,
                 )
-    print(json.dumps({"fp32_gemm_gflops": int(run(GEMM))}))
+    print(json.dumps({"fp32_gemm_gflops": int(gemm_gflops(1024))}))
 
 
 if __name__ == "__main__":

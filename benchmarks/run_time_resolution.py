@@ -25,25 +25,11 @@ import subprocess
 import sys
 import time
 
+from harness import gemm_rate
+
 FULL = dict(variant="B/16", sizes=(224, 384), base=224, gemm=2048)
 QUICK = dict(variant="tiny", sizes=(16, 24), base=16, gemm=128)
 TINY = dict(patch_size=4, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64)
-
-
-def gemm_rate(size):
-    """fp32 GFLOP/s of one `size`² matrix product on this backend (median of 5)."""
-    import keras
-    import numpy as np
-
-    a = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(size, size)), "float32")
-    product = keras.ops.convert_to_numpy(keras.ops.matmul(a, a))  # warm-up
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        product = keras.ops.convert_to_numpy(keras.ops.matmul(a, a))
-        times.append(time.perf_counter() - start)
-    del product
-    return 2 * size**3 / statistics.median(times) / 1e9
 
 
 def measure(config, rounds, batch):
@@ -102,7 +88,9 @@ def measure(config, rounds, batch):
         )
     return {
         "backend": keras.backend.backend(),
-        "gemm_gflops": round(gemm_rate(config["gemm"]), 1),
+        "gemm_gflops": round(
+            gemm_rate(config["gemm"], backend=keras.backend.backend())["gflops"], 1
+        ),
         "rows": rows,
     }
 

@@ -47,6 +47,15 @@ import subprocess
 import sys
 import time
 
+from harness import (
+    device_name,
+    gemm_rate,
+    pipelined,
+    synchronize_torch,
+    timed,
+    torch_device,
+)
+
 FULL = {
     "gemm_size": 4096,
     "gemm_dtypes": ("float32", "bfloat16"),
@@ -88,97 +97,12 @@ def architecture(variant):
     return dict(TINY) if variant == "tiny" else decode_variant(variant)
 
 
-def timed(step, steps, warmup=2):
-    """Median seconds of `step()` over `steps` calls, after `warmup` calls."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2]
-
-
 # --- workers: each runs in its own process under one backend ---------------
-
-
-def gemm(backend, size, dtype):
-    """GFLOP/s of a `size`^3 matmul in the backend's framework.
-
-    On a GPU the products queue up (one wait at the end), as a model's do;
-    on a CPU each is timed on its own and the median taken.
-    """
-    import numpy as np
-
-    a = np.random.default_rng(0).normal(size=(size, size)).astype("float32")
-    gpu = device_name(backend)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        x = tf.cast(tf.constant(a), dtype)
-        matmul = tf.function(lambda: tf.matmul(x, x))
-        step = lambda: matmul().numpy()  # noqa: E731
-        seconds = timed(step, steps=5)
-    elif backend == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        x = jnp.asarray(a, dtype=dtype)
-        matmul = jax.jit(lambda m: m @ m)
-        last = [None]
-
-        def step():
-            last[0] = matmul(x)
-
-        finish = lambda: last[0].block_until_ready()  # noqa: E731
-        seconds = pipelined(step, 20, finish) if gpu else timed(lambda: (step(), finish()), steps=5)
-    else:
-        import torch
-
-        x = torch.tensor(a, device=torch_device()).to(getattr(torch, dtype))
-        step = lambda: torch.matmul(x, x)  # noqa: E731
-        seconds = pipelined(step, 20, synchronize_torch) if gpu else timed(step, steps=5)
-    return {"gflops": 2 * size**3 / seconds / 1e9, "seconds": seconds, **gpu}
-
-
-def device_name(backend):
-    """`{"device": name}` of the GPU the backend computes on; `{}` on a CPU."""
-    if backend == "jax":
-        import jax
-
-        device = jax.devices()[0]
-        return {"device": device.device_kind} if device.platform == "gpu" else {}
-    if backend == "torch":
-        import torch
-
-        return {"device": torch.cuda.get_device_name()} if torch.cuda.is_available() else {}
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-        return {}
-    return {"device": tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")}
 
 
 def bf16_peak(device):
     """The datasheet dense bf16 FLOP/s of a device named `device`; `None` if unknown."""
     return next((peak for name, peak in BF16_PEAKS.items() if name in device), None)
-
-
-def torch_device():
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def synchronize_torch():
-    """Waits for queued GPU work (PyTorch runs it asynchronously)."""
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def jax_attention_is_fused(hidden_dim, num_heads, tokens):
@@ -373,18 +297,6 @@ def training(
     return {"images_per_second": batch / seconds, "peak_memory_mb": peak, **gpu, **extra}
 
 
-def pipelined(step, steps, finish, warmup=3):
-    """Seconds per `step()` when steps queue up on the GPU; `finish()` waits for them."""
-    for _ in range(warmup):
-        step()
-    finish()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    finish()
-    return (time.perf_counter() - start) / steps
-
-
 def fit_seconds_per_step(model, x, y, steps, warmup=3):
     """Seconds per step of `model.fit` over one batch held on the device.
 
@@ -467,7 +379,7 @@ def main_job(steps):
     }
 
 
-WORKERS = {"gemm": gemm, "inference": inference, "training": training, "main_job": main_job}
+WORKERS = {"gemm": gemm_rate, "inference": inference, "training": training, "main_job": main_job}
 
 
 def measure(task):
@@ -691,7 +603,7 @@ def flops_per_image(task):
     )
 
 
-def main(argv=None):
+def _parser():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", default=["tensorflow", "jax", "torch"])
     parser.add_argument(
@@ -729,6 +641,11 @@ def main(argv=None):
         "each row's median (keras_vit and its peer alternate)",
     )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.worker is not None:
         print(json.dumps(measure(json.loads(args.worker))))
@@ -756,9 +673,21 @@ def main(argv=None):
         settings = GPU_QUICK if args.quick else GPU
     else:
         settings = QUICK if args.quick else FULL
+    selected = select(plan(backends, settings, args.memory), args.only, notes)
+    samples = measure_rounds(selected, args.rounds, args.timeout, args.in_process, notes)
+    results = summarise(samples)
+    print_table(results, notes)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": settings, "results": results, "notes": notes}, f, indent=2)
+    return 0
+
+
+def select(planned, only, notes):
+    """The planned measurements that `--only` keeps and whose library is installed."""
     selected = []
-    for name, library, backend, task in plan(backends, settings, args.memory):
-        if args.only and name not in args.only and task["task"] != "gemm":
+    for name, library, backend, task in planned:
+        if only and name not in only and task["task"] != "gemm":
             continue
         if not available(library):
             note = f"{library} is not installed: {name} on {backend} skipped"
@@ -766,13 +695,19 @@ def main(argv=None):
                 notes.append(note)
             continue
         selected.append((name, library, backend, task))
-    # Rounds go through every measurement in turn, so that keras_vit and its
-    # peer alternate and the machine's drift falls on both; a row is the
-    # median of its rounds.
+    return selected
+
+
+def measure_rounds(selected, rounds, timeout, in_process, notes):
+    """`{(name, library, backend): (task, measurements, failures)}` over `rounds` rounds.
+
+    Rounds go through every measurement in turn, so that keras_vit and its
+    peer alternate and the machine's drift falls on both; each is printed.
+    """
     samples = {}
-    for round_index in range(args.rounds):
+    for round_index in range(rounds):
         for name, library, backend, task in selected:
-            measured, failure = run(backend, task, args.timeout, args.in_process)
+            measured, failure = run(backend, task, timeout, in_process)
             sample = samples.setdefault((name, library, backend), (task, [], []))
             sample[1].append(measured)
             if failure:
@@ -790,6 +725,11 @@ def main(argv=None):
                 ),
                 flush=True,
             )
+    return samples
+
+
+def summarise(samples):
+    """The table's rows: each measurement's median, its GFLOP/s against the GEMM rates."""
     results, gemm_rates = [], {}
     for (name, library, backend), (task, measurements, failures) in samples.items():
         row = {
@@ -806,34 +746,35 @@ def main(argv=None):
             row["gflops"] = row["images_per_second"] * flops_per_image(task) / 1e9
         results.append(row)
     for row in results:
-        limit = gemm_rates.get((row["backend"], "float32"))
-        if "gflops" in row and limit and row["library"] != "framework":
-            row["percent_of_fp32_gemm"] = 100 * row["gflops"] / limit
-        bf16_limit = gemm_rates.get((row["backend"], "bfloat16"))
-        if "gflops" in row and bf16_limit and row["library"] != "framework" and "device" in row:
-            row["percent_of_bf16_gemm"] = 100 * row["gflops"] / bf16_limit
-        peak = bf16_peak(row.get("device", ""))
-        if "gflops" in row and peak:
-            row["mfu_percent"] = 100 * row["gflops"] * 1e9 / peak
-        if row["library"] not in ("keras_vit", "framework") and "images_per_second" in row:
-            ours = next(
-                (
-                    r
-                    for r in results
-                    if r["library"] == "keras_vit"
-                    and r["backend"] == row["backend"]
-                    and r["measurement"] == row["measurement"]
-                    and "images_per_second" in r
-                ),
-                None,
-            )
-            if ours:
-                row["keras_vit_ratio"] = ours["images_per_second"] / row["images_per_second"]
-    print_table(results, notes)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"settings": settings, "results": results, "notes": notes}, f, indent=2)
-    return 0
+        _compare(row, results, gemm_rates)
+    return results
+
+
+def _compare(row, results, gemm_rates):
+    """Adds a row's shares of the GEMM rates and of the peak, and keras_vit's ratio to it."""
+    limit = gemm_rates.get((row["backend"], "float32"))
+    if "gflops" in row and limit and row["library"] != "framework":
+        row["percent_of_fp32_gemm"] = 100 * row["gflops"] / limit
+    bf16_limit = gemm_rates.get((row["backend"], "bfloat16"))
+    if "gflops" in row and bf16_limit and row["library"] != "framework" and "device" in row:
+        row["percent_of_bf16_gemm"] = 100 * row["gflops"] / bf16_limit
+    peak = bf16_peak(row.get("device", ""))
+    if "gflops" in row and peak:
+        row["mfu_percent"] = 100 * row["gflops"] * 1e9 / peak
+    if row["library"] not in ("keras_vit", "framework") and "images_per_second" in row:
+        ours = next(
+            (
+                r
+                for r in results
+                if r["library"] == "keras_vit"
+                and r["backend"] == row["backend"]
+                and r["measurement"] == row["measurement"]
+                and "images_per_second" in r
+            ),
+            None,
+        )
+        if ours:
+            row["keras_vit_ratio"] = ours["images_per_second"] / row["images_per_second"]
 
 
 def print_table(results, notes):

@@ -25,10 +25,15 @@ ONE_BLOCK = dict(
 
 
 def load_benchmark(name):
-    """A script of `benchmarks/` as a module (the folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(ROOT, "benchmarks", f"{name}.py")
-    )
+    """A script of `benchmarks/` as a module (the folder is not a package).
+
+    Its folder goes on the path, as running the script puts it: the scripts
+    import `harness` (and each other) by name.
+    """
+    folder = os.path.join(ROOT, "benchmarks")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
