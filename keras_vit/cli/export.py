@@ -116,11 +116,6 @@ def _default_output(args, model):
 
 def run(args):
     """Exports a saved model as a TF Serving SavedModel or a TFLite file, then checks it."""
-    from keras_vit import export
-    from keras_vit.export.checks import agreement_warning
-    from keras_vit.export.litert import CALIBRATED
-    from keras_vit.export.saved_model import SIGNATURES
-
     try:
         if args.format != "tflite" and args.quantization != "none":
             raise ValueError("--quantize applies to --format tflite only")
@@ -128,46 +123,61 @@ def run(args):
         output = args.output or _default_output(args, model)
         check_writable(output, "--output", folder=args.format == "saved_model")
         dataset, data_options = run_data(args)
-        if args.format == "saved_model":
-            path = export.saved_model(
-                model,
-                output,
-                class_names=class_names,
-                top_k=args.top_k,
-                overwrite=args.overwrite,
-                image_size=args.image_size,
-            )
-        elif args.format == "onnx":
-            path = export.onnx(
-                model,
-                output,
-                image_size=args.image_size,
-                class_names=class_names,
-                overwrite=args.overwrite,
-            )["path"]
-        else:
-            calibration = None
-            if args.quantization in CALIBRATED:
-                # The representative data comes from the training split.
-                calibration = _dataset_images(
-                    model, dataset, "train", args.calibration_images, data_options, args.image_size
-                )
-            result = export.tflite(
-                model,
-                output,
-                quantization=args.quantization,
-                representative_data=calibration,
-                calibration_count=args.calibration_images,
-                class_names=class_names,
-                overwrite=args.overwrite,
-                image_size=args.image_size,
-            )
-            path = result["path"]
+        path = _export(args, model, output, class_names, dataset, data_options)
     except (ValueError, TypeError) as error:
         fail("export", error)
     print(f"exported {args.format} to {path}")
-    if args.check_images <= 0:
-        return 0
+    if args.check_images > 0:
+        _check(args, model, path, dataset, data_options)
+    return 0
+
+
+def _export(args, model, output, class_names, dataset, data_options):
+    """Writes the export; returns its path."""
+    from keras_vit import export
+    from keras_vit.export.litert import CALIBRATED
+
+    if args.format == "saved_model":
+        return export.saved_model(
+            model,
+            output,
+            class_names=class_names,
+            top_k=args.top_k,
+            overwrite=args.overwrite,
+            image_size=args.image_size,
+        )
+    if args.format == "onnx":
+        return export.onnx(
+            model,
+            output,
+            image_size=args.image_size,
+            class_names=class_names,
+            overwrite=args.overwrite,
+        )["path"]
+    calibration = None
+    if args.quantization in CALIBRATED:
+        # The representative data comes from the training split.
+        calibration = _dataset_images(
+            model, dataset, "train", args.calibration_images, data_options, args.image_size
+        )
+    return export.tflite(
+        model,
+        output,
+        quantization=args.quantization,
+        representative_data=calibration,
+        calibration_count=args.calibration_images,
+        class_names=class_names,
+        overwrite=args.overwrite,
+        image_size=args.image_size,
+    )["path"]
+
+
+def _check(args, model, path, dataset, data_options):
+    """Checks the export against the model on images of the run's data; warns below 99%."""
+    from keras_vit import export
+    from keras_vit.export.checks import agreement_warning
+    from keras_vit.export.saved_model import SIGNATURES
+
     check_split = (
         "train"
         if dataset != "fashion_mnist"
@@ -207,23 +217,14 @@ def run(args):
                 )
         # (A signature the server refused has no agreement: its error is in the table.)
         top1_agreement, count = min(agreements, default=(1.0, 0))
-    elif args.format == "onnx":
-        print(
-            f"checking the export in ONNX Runtime (a process without Keras) on {len(images)} images"
-        )
-        report = export.check_onnx(path, model, images, verbose=progress())
-        print(
-            f"ONNX Runtime: {report['bytes'] / 1e6:.2f} MB, max abs error "
-            f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
-            f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
-            "(2 threads)"
-        )
-        top1_agreement, count = report["top1_agreement"], len(images)
     else:
-        print(f"checking the export in LiteRT on {len(images)} images")
-        report = export.check_tflite(path, model, images, verbose=progress())
+        runtime = "ONNX Runtime" if args.format == "onnx" else "LiteRT"
+        where = "ONNX Runtime (a process without Keras)" if args.format == "onnx" else "LiteRT"
+        print(f"checking the export in {where} on {len(images)} images")
+        check = export.check_onnx if args.format == "onnx" else export.check_tflite
+        report = check(path, model, images, verbose=progress())
         print(
-            f"LiteRT: {report['bytes'] / 1e6:.2f} MB, max abs error "
+            f"{runtime}: {report['bytes'] / 1e6:.2f} MB, max abs error "
             f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "
             f"on {len(images)} {dataset} images, {report['latency_ms']:.2f} ms/image "
             "(2 threads)"
@@ -233,4 +234,3 @@ def run(args):
     warning = agreement_warning(top1_agreement, count, path)
     if warning:
         print(f"keras-vit export: warning: {warning}", file=sys.stderr)
-    return 0
