@@ -159,3 +159,13 @@ def test_the_check_sees_every_module_of_a_part():
         os.path.relpath(path, PACKAGE) for path in modules_of(os.path.join(PACKAGE, "weights"))
     }
     assert os.path.join("weights", "converters", "timm.py") in found
+
+
+def test_what_sits_below_every_part_needs_only_the_standard_library():
+    import sys
+
+    for name in ("_native_output", "_options"):
+        beyond = imported_modules(os.path.join(PACKAGE, f"{name}.py")) - set(
+            sys.stdlib_module_names
+        )
+        assert not beyond, (name, beyond)
