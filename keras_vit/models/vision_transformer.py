@@ -76,7 +76,10 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
             function: the arguments marked "the checkpoint's" below come
             from the file (a checkpoint's `config.json` beside it, or the
             registry) unless set, and a set value that contradicts the
-            checkpoint's encoder is a `ValueError` naming both.
+            checkpoint's encoder is a `ValueError` naming both. The call
+            resolves those arguments, constructs the model from them, then
+            loads the weights (`keras_vit.models.checkpoint.build`); the
+            constructor itself takes plain values and reads nothing.
         input_tensor: optional Keras tensor (`keras.Input(...)`) to use as
             the image input.
         input_shape: `(height, width, channels)` (`(channels, height,
