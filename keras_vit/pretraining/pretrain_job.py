@@ -100,21 +100,7 @@ def _check(settings, log):
 
 def _data(run, channels):
     """The training images (their labels unused)."""
-    from keras_vit import data as vit_data
-    from keras_vit.data.augmentation import batch_augmentation
-
-    settings = run.settings
-    return vit_data.load(
-        settings.dataset,
-        "train",
-        training=True,
-        crop_scale=run.training_crop(),
-        flip=True,
-        augmentation=batch_augmentation(settings.augmentation, settings.seed),
-        batch_size=settings.batch_size,
-        limit=settings.limit,
-        **run.data_options(channels),
-    )
+    return run.training_data(run.data_options(channels))
 
 
 def _model(run, objective, architecture, channels, train_data):

@@ -138,6 +138,32 @@ class Run:
             options["download"] = True
         return options
 
+    def training_data(self, options, batch_size=None, shard=None):
+        """The run's training batches (`keras_vit.data.load`): cropped, flipped, augmented.
+
+        Args:
+            options: the pipeline options (`data_options`).
+            batch_size: the batch (default: the settings'; a replica's share
+                when distributed).
+            shard: `(num_shards, index)` of a multi-worker run's worker.
+        """
+        from keras_vit import data as vit_data
+        from keras_vit.data.augmentation import batch_augmentation
+
+        settings = self.settings
+        return vit_data.load(
+            settings.dataset,
+            "train",
+            training=True,
+            crop_scale=self.training_crop(),
+            flip=True,
+            augmentation=batch_augmentation(settings.augmentation, settings.seed),
+            batch_size=batch_size or settings.batch_size,
+            shard=shard,
+            limit=settings.limit,
+            **options,
+        )
+
     def training_crop(self):
         """The random-resized crop scale of the training images: the recipe's.
 

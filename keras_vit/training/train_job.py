@@ -273,24 +273,12 @@ class _Data(typing.NamedTuple):
 def _data(job):
     """The training pipeline (over the replicas), the test pipeline, the steps per epoch."""
     from keras_vit import data as vit_data
-    from keras_vit.data.augmentation import batch_augmentation
 
     settings, run = job.settings, job.run
     common = run.data_options(job.channels, validation_split=settings.validation_split)
 
     def training_data(batch, shard):
-        return vit_data.load(
-            settings.dataset,
-            "train",
-            training=True,
-            crop_scale=run.training_crop(),
-            flip=True,
-            augmentation=batch_augmentation(settings.augmentation, settings.seed),
-            batch_size=batch,
-            shard=shard,
-            limit=settings.limit,
-            **common,
-        )
+        return run.training_data(common, batch, shard)
 
     train_data = job.plan.dataset(training_data, settings.batch_size)
     try:
