@@ -108,6 +108,7 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
             "onnx",
             (height, width),
             class_names,
+            output="probabilities" if checks.outputs_probabilities(model) else "logits",
             input=f"float32 (batch, {height}, {width}, {channels}), pixels in [0, 255]",
             opset=max(o.version for o in written.opset_import if o.domain in ("", "ai.onnx")),
         )
