@@ -354,3 +354,20 @@ def run_python(code, backend=BACKEND, timeout=300):
 
 def last_json_line(stdout):
     return json.loads(stdout.strip().splitlines()[-1])
+
+
+def load_benchmark(name):
+    """A script of `benchmarks/` as a module (the folder is not a package).
+
+    Its folder goes on the path, as running the script puts it: the scripts
+    import `harness` (and each other) by name.
+    """
+    import importlib.util
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

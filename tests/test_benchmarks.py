@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from keras_vit.models import flop_count
-from tests.conftest import BACKEND, randomize_weights
+from tests.conftest import BACKEND, load_benchmark, randomize_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A one-block ViT for the benchmarks' model-level helpers.
@@ -22,21 +22,6 @@ ONE_BLOCK = dict(
     input_shape=(28, 28, 1),
     classes=10,
 )
-
-
-def load_benchmark(name):
-    """A script of `benchmarks/` as a module (the folder is not a package).
-
-    Its folder goes on the path, as running the script puts it: the scripts
-    import `harness` (and each other) by name.
-    """
-    folder = os.path.join(ROOT, "benchmarks")
-    if folder not in sys.path:
-        sys.path.append(folder)
-    spec = importlib.util.spec_from_file_location(name, os.path.join(folder, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_benchmark(script, *arguments, timeout=900):

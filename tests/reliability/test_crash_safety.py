@@ -259,12 +259,9 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_
 @pytest.mark.parametrize("backend", INSTALLED_BACKENDS)
 def test_repeated_predict_and_serving_calls_keep_memory_flat(backend):
     """`benchmarks/memory_growth.py` end to end, short (the README reports 5,000 calls)."""
-    import importlib.util
+    from tests.conftest import load_benchmark
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "memory_growth.py")
-    spec = importlib.util.spec_from_file_location("memory_growth", path)
-    benchmark = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(benchmark)
+    benchmark = load_benchmark("memory_growth")
     # Resident memory may climb over the first calls and then level off (the
     # allocators' pools and Keras' caches filling); only what grows after
     # that is a leak. torch's climb lasted 300 predicts on Keras 3.14 (60 MB,
