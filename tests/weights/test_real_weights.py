@@ -12,8 +12,7 @@ import os
 import pytest
 
 import keras_vit
-from tests.conftest import BACKEND, artifact_maker, shared_artifact
-from tests.test_benchmarks import load_benchmark
+from tests.conftest import BACKEND, artifact_maker, load_benchmark, shared_artifact
 
 DINOV2_SMALL = dict(patch_size=14, hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536)
 
