@@ -5,6 +5,7 @@ model file.
 import os
 
 from keras_vit.cli.options import positive_int
+from keras_vit.cli.preflight import check_writable, fail
 
 NEEDS = None  # the library floor suffices
 
@@ -56,6 +57,10 @@ def run(args):
         )
     if not os.path.isfile(args.source):
         raise SystemExit(f"keras-vit convert: no such file: {args.source!r}")
+    try:
+        check_writable(args.destination, "DST", folder=False)
+    except ValueError as error:
+        fail("convert", error)
     from keras_vit.models import from_checkpoint
 
     overrides = {}
@@ -71,6 +76,7 @@ def run(args):
         raise SystemExit(f"keras-vit convert: {error}") from None
     from keras_vit.models import encoder_blocks
 
+    os.makedirs(os.path.dirname(os.path.abspath(args.destination)), exist_ok=True)
     model.save(args.destination, overwrite=True)
     blocks = encoder_blocks(model)
     print(

@@ -355,6 +355,19 @@ def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):
         main(["convert", source, str(tmp_path / "vit.h5")])
     with pytest.raises(SystemExit, match="no such file"):
         main(["convert", str(tmp_path / "missing.npz"), str(tmp_path / "x.keras")])
+    # Its output is checked before any work: a folder it cannot write is one
+    # line; a folder that does not exist yet is made.
+    read_only = tmp_path / "read_only"
+    read_only.mkdir(mode=0o555)
+    if os.access(read_only, os.W_OK):  # (root writes anywhere: a file stands in the way)
+        read_only.rmdir()
+        read_only.write_text("a file where the folder would be")
+    with pytest.raises(
+        SystemExit, match=r"^keras-vit convert: DST .*read_only.*(cannot write|is a file)"
+    ):
+        main(["convert", source, str(read_only / "x.keras")])
+    nested = tmp_path / "new" / "folder" / "x.keras"
+    assert main(["convert", source, str(nested)]) == 0 and nested.is_file()
 
 
 OFFICIAL_KEYS = [
