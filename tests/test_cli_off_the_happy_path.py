@@ -549,7 +549,7 @@ def test_exports_get_the_umasks_permissions(tmp_path):
                 os.stat(os.path.join(root, name)).st_mode
             )
     modes[version] = stat.S_IMODE(os.stat(version).st_mode)
-    for path in (result["path"], str(tmp_path / "vit.json")):
+    for path in (result["path"], str(tmp_path / "vit.tflite.json")):
         modes[path] = stat.S_IMODE(os.stat(path).st_mode)
     for path, mode in modes.items():
         assert mode == (0o755 if os.path.isdir(path) else 0o644), (path, oct(mode))

@@ -6,6 +6,7 @@ under the process's umask, with a JSON file beside it (`metadata`: one
 layout for every format) that says what the artefact takes and gives.
 """
 
+import json
 import os
 import tempfile
 
@@ -32,8 +33,40 @@ def apply_umask(path):
 
 
 def metadata_path(path):
-    """The JSON file that describes an export file (`model.tflite` -> `model.json`)."""
-    return os.path.splitext(os.fspath(path))[0] + ".json"
+    """The JSON file that describes an export file: its own (`model.tflite.json`).
+
+    Each artefact has its own, so a `.tflite` and an `.onnx` of one model can
+    sit in one folder.
+    """
+    return os.fspath(path) + ".json"
+
+
+def read_metadata(path, export_format):
+    """The metadata of the export at `path`, or `{}`.
+
+    Files of earlier versions wrote `model.json` for `model.tflite` (and for
+    `model.onnx`): read where it describes this format.
+    """
+    for candidate in (metadata_path(path), os.path.splitext(os.fspath(path))[0] + ".json"):
+        if os.path.isfile(candidate):
+            with open(candidate) as f:
+                described = json.load(f)
+            if described.get("format") == f"keras_vit.{export_format}/1":
+                return described
+    return {}
+
+
+def refuse_to_replace(path, overwrite):
+    """A `ValueError` unless `overwrite`, when the export or its metadata file exists already."""
+    from keras_vit import _options
+
+    if overwrite:
+        return
+    for existing in (path, metadata_path(path)):
+        if os.path.exists(existing):
+            raise ValueError(
+                f"{existing!r} exists; pass {_options.code('overwrite', True)} to replace it."
+            )
 
 
 def metadata(model, export_format, image_size, class_names=None, **fields):

@@ -3,7 +3,7 @@
 The `.tflite` file takes one float32 image `(1, H, W, C)` of `[0, 255]`
 pixels (the model rescales them itself) and returns what the Keras model
 returns (logits, or probabilities for a softmax head). A JSON file beside it
-(`vit.tflite` -> `vit.json`) records the input size, channels, class names
+(`vit.tflite` -> `vit.tflite.json`) records the input size, channels, class names
 and output kind, for `keras-vit predict --model vit.tflite` and for apps.
 """
 
@@ -291,7 +291,8 @@ def tflite(
         model: a Keras image classifier with one image input. LiteRT runs
             static shapes: a model of any size (`input_shape=(None, None,
             C)`) is converted at `image_size`, which it needs.
-        path: the `.tflite` file to write (and `<name>.json` beside it).
+        path: the `.tflite` file to write (and its metadata beside it,
+            `<path>.json`).
         quantization: `None` (float32), `"float16"` (weights), `"dynamic"`
             (int8 weights, activations quantised on the fly), `"int8"`
             (int8 weights and calibrated int8 activations for the
@@ -365,8 +366,7 @@ def _checked(model, path, overwrite, image_size, class_names, rotate):
     path = os.fspath(path)
     if not path.endswith(".tflite"):
         raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
-    if os.path.exists(path) and not overwrite:
-        raise ValueError(f"{path!r} exists; pass {_options.code('overwrite', True)} to replace it.")
+    artefacts.refuse_to_replace(path, overwrite)
     (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
     if class_names is not None:
         from keras_vit.export.saved_model import _check_class_names
@@ -440,10 +440,7 @@ class TFLiteModel:
         if not os.path.isfile(path):
             raise ValueError(f"no such TFLite file: {path!r}")
         self.path = os.fspath(path)
-        self.metadata = {}
-        if os.path.isfile(metadata_path(path)):
-            with open(metadata_path(path)) as f:
-                self.metadata = json.load(f)
+        self.metadata = artefacts.read_metadata(path, "tflite")
         try:
             # LiteRT announces its CPU delegate on standard error ("INFO: Created
             # TensorFlow Lite XNNPACK delegate"), past Python's logging settings.

@@ -18,7 +18,6 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit import _options
 from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import artefacts, checks, graph
 from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
@@ -35,7 +34,8 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
             `image_size`, which it needs: ONNX Runtime would not run the
             graph's size check, and a size that is not a multiple of the
             patch would be cropped silently.
-        path: the `.onnx` file to write (and `<name>.json` beside it).
+        path: the `.onnx` file to write (and its metadata beside it,
+            `<path>.json`).
         image_size: int or `(height, width)` for a model of any size; a
             fixed-size model's own.
         class_names: optional class names for the metadata file.
@@ -56,8 +56,7 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
     path = os.fspath(path)
     if not path.endswith(".onnx"):
         raise ValueError(f"`path` must end in '.onnx'. Received: path={path!r}")
-    if os.path.exists(path) and not overwrite:
-        raise ValueError(f"{path!r} exists; pass {_options.code('overwrite', True)} to replace it.")
+    artefacts.refuse_to_replace(path, overwrite)
     if opset is not None and (not isinstance(opset, int) or isinstance(opset, bool) or opset < 13):
         raise ValueError(f"`opset` must be an int >= 13 or None. Received: opset={opset!r}")
     (_, height, width, channels), _ = graph.input_spec(model, image_size=image_size)

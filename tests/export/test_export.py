@@ -37,6 +37,16 @@ SMALL = dict(
     classifier_activation=None,
 )
 
+TINY_EXPORT = dict(
+    patch_size=4,
+    hidden_dim=16,
+    num_layers=1,
+    num_heads=2,
+    mlp_dim=32,
+    input_shape=(8, 8, 3),
+    classes=3,
+)
+
 
 def fashion_training_images():
     images, labels = load_fashion_mnist("train")
@@ -257,7 +267,7 @@ def test_tflite_modes_run_in_litert_and_agree_with_keras(trained, fashion, tmp_p
     elif quantization != "int8_full":
         # XNNPACK takes the whole graph (what makes it fast): no op splits it.
         assert report["xnnpack_partitions"] == 1, report
-    metadata = json.load(open(tmp_path / "vit.json"))
+    metadata = json.load(open(tmp_path / "vit.tflite.json"))
     assert metadata["quantization"] == (quantization or "none")
     assert metadata["rotated"] == (quantization in ("int8", "int8_full"))
     assert metadata["output"] == "logits" and metadata["class_names"] == list(CLASS_NAMES)
@@ -282,6 +292,26 @@ def test_tflite_rejects_bad_arguments(trained, tmp_path):
             quantization="int8",
             representative_data=np.zeros((4, 16, 16, 3)),
         )
+
+
+@pytest.mark.backend_independent  # which files an export writes (TensorFlow's exports)
+def test_a_tflite_and_an_onnx_file_in_one_folder_keep_their_own_metadata(tmp_path):
+    from keras_vit.export import TFLiteModel
+
+    model = keras_vit.VisionTransformer(**TINY_EXPORT, name="both")
+    tflite = keras_vit.export.tflite(model, tmp_path / "model.tflite")
+    onnx = keras_vit.export.onnx(model, tmp_path / "model.onnx")
+    assert tflite["metadata_path"] != onnx["metadata_path"]
+    assert json.load(open(tmp_path / "model.tflite.json"))["format"] == "keras_vit.tflite/1"
+    assert json.load(open(tmp_path / "model.onnx.json"))["format"] == "keras_vit.onnx/1"
+    assert TFLiteModel(tmp_path / "model.tflite").metadata["format"] == "keras_vit.tflite/1"
+    # Nothing is replaced unasked: the file, or a metadata file left on its own.
+    os.remove(tmp_path / "model.onnx")
+    with pytest.raises(ValueError, match=r"model\.onnx\.json' exists; pass `overwrite=True`"):
+        keras_vit.export.onnx(model, tmp_path / "model.onnx")
+    # An earlier version's `model.json` still describes its `.tflite`.
+    os.rename(tmp_path / "model.tflite.json", tmp_path / "model.json")
+    assert TFLiteModel(tmp_path / "model.tflite").metadata["format"] == "keras_vit.tflite/1"
 
 
 @pytest.fixture(scope="module")
@@ -329,7 +359,7 @@ def test_a_model_of_any_size_serves_every_size_and_converts_at_a_named_one(
         tmp_path / "vit.tflite", any_size, larger, latency_runs=2
     )
     assert report["max_abs_error"] <= 1e-4, report
-    assert json.load(open(tmp_path / "vit.json"))["image_size"] == [56, 40]
+    assert json.load(open(tmp_path / "vit.tflite.json"))["image_size"] == [56, 40]
 
 
 def test_onnx_runs_in_onnx_runtime_without_keras_and_agrees_with_keras(trained, fashion, tmp_path):
@@ -343,7 +373,7 @@ def test_onnx_runs_in_onnx_runtime_without_keras_and_agrees_with_keras(trained, 
     assert report["max_abs_error"] <= 1e-4, report
     assert report["top1_agreement"] == 1.0, report
     assert report["latency_ms"] > 0
-    metadata = json.load(open(tmp_path / "onnx" / "vit.json"))
+    metadata = json.load(open(tmp_path / "onnx" / "vit.onnx.json"))
     assert metadata["output"] == "logits" and metadata["class_names"] == list(CLASS_NAMES)
     assert metadata["image_size"] == [28, 28] and metadata["opset"] >= 13
 
