@@ -286,3 +286,48 @@ def folder_layout_error(directory, layout, split="test"):
         f"{_options.given('validation_split', 0.1)} to hold out 10% of the training images "
         "of each class for testing."
     )
+
+
+def check_classes(source, validation_split=None):
+    """Refuses, before any training, a folder whose images cannot train a classifier.
+
+    Its training images (`train/`, or the class folders at the top) must be of
+    two classes or more, with no class folder empty; with `validation_split`
+    each class needs two images or more (one to test on, one to train on);
+    a `test/` folder must hold images of the training classes, in folders of
+    the same names (its labels are its folders' sorted names). Each refusal
+    names the images of each class.
+    """
+    layout = folder_layout(source)
+    train_dir = layout["train"] or os.fspath(source)
+    _, labels, names, _ = list_image_folder(train_dir)
+    counts = np.bincount(labels, minlength=len(names))
+    described = ", ".join(f"{name}: {count}" for name, count in zip(names, counts))
+    empty = [name for name, count in zip(names, counts) if count == 0]
+    if len(names) - len(empty) < 2:
+        raise ValueError(
+            f"{train_dir!r} has images of {len(names) - len(empty)} class(es) (images per "
+            f"class: {described}): a classifier needs two classes or more."
+        )
+    if empty:
+        raise ValueError(
+            f"{train_dir!r}: the class folder(s) {empty} hold no image (images per class: "
+            f"{described}); add images or remove the folder(s)."
+        )
+    if validation_split is not None:
+        alone = [name for name, count in zip(names, counts) if count < 2]
+        if alone:
+            raise ValueError(
+                f"{train_dir!r}: holding out "
+                f"{_options.given('validation_split', validation_split)} of each class leaves "
+                f"class(es) {alone} without a test or a training image: "
+                f"each class needs two images or more (images per class: {described})."
+            )
+    elif layout["test"] is not None:
+        _, test_labels, test_names, _ = list_image_folder(layout["test"])
+        if tuple(test_names) != tuple(names):
+            raise ValueError(
+                f"{layout['test']!r} has the classes {list(test_names)} and {train_dir!r} "
+                f"{list(names)}: the test images must be of the training classes, in folders "
+                "of the same names."
+            )

@@ -11,6 +11,7 @@ import numpy as np
 
 from keras_vit import _options
 from keras_vit.data.folders import (
+    check_classes,
     check_validation_split,
     folder_layout,
     folder_layout_error,
@@ -110,12 +111,13 @@ def check_source(source, validation_split=None):
 
 
 def check_training_layout(source, validation_split=None):
-    """Refuses, before any data is read, a folder a training run cannot test on.
+    """Refuses, before any training, a folder a training run cannot train and test on.
 
     A run tests on the folder's `test/` images, or with `validation_split` on
     images held out of its training images: a folder without `test/` needs
     `validation_split`, and one with `test/` refuses it (either choice would
-    leave some of the user's images out silently).
+    leave some of the user's images out silently). Its classes must train a
+    classifier (`folders.check_classes`).
     """
     check_source(source, validation_split)
     if not os.path.isdir(os.fspath(source)):
@@ -132,6 +134,7 @@ def check_training_layout(source, validation_split=None):
         layout["test"] is None or layout["train"] is None and not layout["flat"]
     ):
         raise ValueError(folder_layout_error(source, layout))
+    check_classes(source, validation_split)
 
 
 def load(source, split="train", **kwargs):

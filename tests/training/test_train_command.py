@@ -273,3 +273,45 @@ def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_
         assert json.load(f)["patch_dropout_rate"] == 0.75
     tuned_model = keras.saving.load_model(os.path.join(tuned, "model.keras"))
     assert tuned_model.get_layer("patch_dropout").rate == 0.75
+
+
+def png(path, grey):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image = np.full((16, 16, 3), grey, "uint8")
+    path.write_bytes(tf.io.encode_png(image).numpy())
+
+
+@pytest.mark.parametrize(
+    "layout, split, message",
+    [
+        # One class: a run would report 100% accuracy of a meaningless model.
+        ({"train/a": 4, "test/a": 2}, None, r"images of 1 class\(es\) \(images per class: a: 4\)"),
+        # An empty class folder: a class the model would have and never see.
+        (
+            {"a": 4, "b": 0, "c": 4},
+            0.5,
+            r"\['b'\] hold no image \(images per class: a: 4, b: 0, c: 4",
+        ),
+        # Held out of one image: no test image of `a`, or no training one.
+        ({"a": 1, "b": 4}, 0.2, r"leaves class\(es\) \['a'\] without a test or a training image"),
+        # test/ of other classes: its labels would be other classes' indices.
+        (
+            {"train/a": 2, "train/b": 2, "test/a": 1, "test/c": 1},
+            None,
+            r"has the classes \['a', 'c'\]",
+        ),
+    ],
+)
+def test_a_folder_that_cannot_train_a_classifier_is_refused_before_any_work(
+    tmp_path, layout, split, message
+):
+    from keras_vit.training import train
+
+    for folder, count in layout.items():
+        (tmp_path / "data" / folder).mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            png(tmp_path / "data" / folder / f"{index}.png", 40 * index)
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=message):
+        train(str(tmp_path / "data"), validation_split=split, output_dir=str(out), image_size=16)
+    assert not out.exists()
