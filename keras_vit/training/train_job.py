@@ -52,7 +52,11 @@ def stem_strides(arguments):
 
 
 def check_image_size(image_size, patch_size, stem_strides=()):
-    """A clear error unless `image_size` cuts into whole patches (after the stem, if any)."""
+    """A clear error unless `image_size` cuts into whole patches, two or more.
+
+    With a convolutional stem the patches are cut from its feature map, so
+    `patch_size` is in pixels of that map: the messages say so.
+    """
     from keras_vit.layers.conv_stem import stem_output_side
 
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
@@ -68,6 +72,23 @@ def check_image_size(image_size, patch_size, stem_strides=()):
             f"{_options.given('image_size', image_size)} leaves a {side}-pixel feature map "
             f"after the stem (strides {tuple(stem_strides)}, each halving rounded up), not a "
             f"multiple of the patch size {patch_size}."
+        )
+    patches = (side // patch_size) ** 2
+    if patches < 2:
+        where = f"{image_size}x{image_size} images"
+        if side != image_size:
+            stride = 1
+            for step in stem_strides:
+                stride *= step
+            where = (
+                f"the {side}x{side} feature map that the model's convolutional stem makes of "
+                f"{image_size}x{image_size} images (a patch of {patch_size} of its pixels is "
+                f"{patch_size * stride}x{patch_size * stride} image pixels)"
+            )
+        raise ValueError(
+            f"A patch size of {patch_size} cuts {where} into {patches} patch: a ViT needs two "
+            f"or more. Use a smaller {_options.name('patch_size')} or a larger "
+            f"{_options.name('image_size')}."
         )
 
 

@@ -71,6 +71,8 @@ def test_each_command_offers_its_settings_fields_with_their_option_and_help(
         if field.name in args.options and not args.options[field.name].isupper():
             assert args.options[field.name] in helped, field.name
     assert "--accumulate STEPS" in helped and "images per step" in helped
+    if command == "train":  # an option whose unit depends on the model says so
+        assert "in pixels of the stem's feature map" in " ".join(helped.split())
 
 
 def test_the_command_line_builds_the_settings_that_python_keywords_build():

@@ -191,6 +191,17 @@ def test_bad_arguments_fail_fast(tmp_path, arguments, message):
         ({"limit": 0}, "Received: limit=0"),
         ({"image_size": -8}, "image_size=-8 is not a positive int"),
         ({"image_size": 28, "patch_size": 3}, "leaves a 4-pixel feature map after the stem"),
+        # The small model's patch is in pixels of its stem's feature map: 8 of them
+        # cut a 64-pixel image's 8x8 map into one patch (a softmax over one token).
+        (
+            {"image_size": 64, "patch_size": 8},
+            r"cuts the 8x8 feature map .* of 64x64 images \(a patch of 8 of its pixels is "
+            r"64x64 image pixels\) into 1 patch: a ViT needs two or more",
+        ),
+        (
+            {"image_size": 16, "patch_size": 16, "model": "small/4"},
+            "cuts 16x16 images into 1 patch",
+        ),
         ({"patch_dropout_rate": 1.0}, "Received: patch_dropout_rate=1.0"),
         ({"patch_dropout_rate": "half"}, "Received: patch_dropout_rate='half'"),
         ({"layer_decay": 0}, r"must be a number in \(0, 1\].*Received: layer_decay=0"),
