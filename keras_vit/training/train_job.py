@@ -39,7 +39,14 @@ def model_arguments(model, patch_size=None):
     if model in SMALL_MODELS:
         arguments = dict(SMALL_MODELS[model])
     else:
-        arguments = dict(decode_variant(model), pooling="token", class_token=True)
+        try:
+            arguments = dict(decode_variant(model), pooling="token", class_token=True)
+        except ValueError as error:
+            raise ValueError(
+                f"{_options.given('model', model)} is not a model of keras_vit's: "
+                f"{', '.join(map(repr, SMALL_MODELS))} (the small models) or a variant of the "
+                f"paper ({error})."
+            ) from None
     if patch_size is not None:
         arguments["patch_size"] = patch_size
     return arguments
@@ -179,6 +186,7 @@ def _check(settings, log):
     for argument in ("weights", "teacher"):
         _check_not_replaced(getattr(settings, argument), settings.output_dir, argument)
     architecture, settings, channels = _architecture(settings)
+    _check_distillation_token(settings, architecture)
     check_training_layout(settings.dataset, settings.validation_split)
     teacher = None
     if settings.teacher is not None:
@@ -265,6 +273,30 @@ def _check_distillation(settings):
             f"{_options.given('teacher', settings.teacher)}, "
             f"{_options.given('distribute', settings.distribute)}"
         )
+
+
+def _check_distillation_token(settings, architecture):
+    """The distillation token sits beside a class token whose head pools it: a model with one."""
+    if not settings.distillation_token:
+        return
+    if architecture.get("class_token") and architecture.get("pooling") in ("token", None):
+        return
+    which = (
+        f"the checkpoint {_options.given('weights', settings.weights)}"
+        if settings.weights is not None
+        else _options.given("model", settings.model)
+    )
+    raise ValueError(
+        f"{_options.name('distillation_token')} needs a model with a class token that its "
+        f"head pools (DeiT's); {which} has "
+        + (
+            "none"
+            if not architecture.get("class_token")
+            else f"pooling={architecture['pooling']!r}"
+        )
+        + f". Use {_options.given('model', 'small/4')} (the small ViT with a class token) or a "
+        "variant of the paper, e.g. Ti/16."
+    )
 
 
 def _teacher_name(settings):

@@ -245,6 +245,9 @@ def test_distillation_settings_are_checked_before_any_data_is_read(tmp_path):
     # The main job's Fashion-MNIST images are 28x28x1; this teacher's are 16x16x3.
     with pytest.raises(ValueError, match=r"takes images of shape \(16, 16, 3\).*\(28, 28, 1\)"):
         train(teacher=teacher_path, output_dir=out)
+    # The default model pools the mean of its patches: no class token to sit beside.
+    with pytest.raises(ValueError, match=r"model='small' has none\. Use model='small/4'"):
+        train(nowhere, teacher=teacher_path, distillation_token=True, output_dir=out)
     assert not os.path.exists(out)
     # A teacher the run would write over.
     os.makedirs(out)
@@ -260,6 +263,13 @@ def test_the_commands_take_a_teacher_and_check_its_options(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--teacher", "t.keras", "--distillation", "medium"])
     assert "--distillation: invalid choice: 'medium'" in capsys.readouterr().err
+    # A model name that is not one: the error lists the small models too.
+    with pytest.raises(
+        SystemExit,
+        match=r"--model 'small/8' is not a model of keras_vit's: "
+        r"'small', 'small/4' \(the small models\) or a variant of the paper",
+    ):
+        main(["train", "--model", "small/8", "--dataset", "/no/such/folder"])
     with pytest.raises(SystemExit):
         main(["train", "--teacher", "t.keras", "--distillation", "soft", "--temperature", "0"])
     assert "--temperature: must be a positive number, not '0'" in capsys.readouterr().err
