@@ -39,16 +39,9 @@ def load_run_model(path, classifier=True):
         )
     if not os.path.isfile(path):
         raise ValueError(f"no such model file: {path!r}")
-    if not zipfile.is_zipfile(path):
-        raise ValueError(
-            f"{path} is not a .keras model file: it is not a zip archive "
-            "(a truncated download, or another kind of file)"
-        )
-    with zipfile.ZipFile(path) as archive:
-        if "config.json" not in archive.namelist():
-            raise ValueError(
-                f"{path} is a zip archive without config.json: not a .keras model file"
-            )
+    from keras_vit.weights.keras_archive import check_keras_archive
+
+    check_keras_archive(path)
     try:
         model = keras.models.load_model(path)
     except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as error:

@@ -63,13 +63,16 @@ def check_options(mode, temperature, mode_argument="mode"):
 
 
 def check_teacher_path(path, argument="teacher"):
-    """A clear error unless `path` is an existing `.keras` file."""
+    """A clear error unless `path` is an existing `.keras` file (a whole archive)."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).endswith(".keras"):
         raise ValueError(
             f"{_options.name(argument)} must be a path to a .keras file. Received: {path!r}"
         )
     if not os.path.isfile(path):
         raise ValueError(f"{_options.name(argument)} {os.fspath(path)!r} is not a file.")
+    from keras_vit.weights.keras_archive import check_keras_archive
+
+    check_keras_archive(path)
 
 
 def check_teacher(teacher, image_shape, classes=None, name="the teacher"):

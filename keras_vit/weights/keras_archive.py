@@ -100,6 +100,24 @@ def _refuse_code(config, path):
             _refuse_code(value, path)
 
 
+def check_keras_archive(path):
+    """A clear `ValueError` unless `path` is a `.keras` archive: the one message for each case.
+
+    Every place that reads a `.keras` file says the same of a truncated or
+    foreign one (`from_checkpoint`, a fine-tune, a teacher, the commands).
+    """
+    if not zipfile.is_zipfile(path):
+        raise ValueError(
+            f"{path} is not a .keras model file: it is not a zip archive "
+            "(a truncated download, or another kind of file)"
+        )
+    with zipfile.ZipFile(path) as archive:
+        if "config.json" not in archive.namelist():
+            raise ValueError(
+                f"{path} is a zip archive without config.json: not a .keras model file"
+            )
+
+
 def read_keras_weights(path):
     """`{weight path: array}` of a keras_vit `.keras` file, as `model.weights` names them.
 

@@ -109,6 +109,10 @@ def _read_tensors(path):
     if not os.path.isfile(path):
         raise ValueError(f"No such checkpoint file: {path!r}")
     kind, read = _READERS[suffix]
+    if suffix == ".keras":
+        from keras_vit.weights.keras_archive import check_keras_archive
+
+        check_keras_archive(path)  # a truncated file: the same words everywhere
     try:
         return read(path)
     except ImportError:

@@ -9,6 +9,7 @@ truncated and mangled bytes to every loader.
 import importlib.util
 import io
 import os
+import re
 import zipfile
 
 import keras
@@ -270,3 +271,25 @@ def test_fuzzed_bytes_to_the_serving_signature_fail_the_request_clearly():
     check()
     # The module still answers a good request after all that.
     assert module.serving_bytes(tf.constant([good]))["probabilities"].shape == (1, 5)
+
+
+def test_a_truncated_keras_file_gets_one_message_wherever_it_is_read(tmp_path):
+    from keras_vit.training import train
+
+    whole = tmp_path / "whole.keras"
+    keras_vit.VisionTransformer(
+        patch_size=4, hidden_dim=8, num_layers=1, num_heads=2, mlp_dim=16, input_shape=(8, 8, 3)
+    ).save(whole)
+    path = str(tmp_path / "trunc.keras")
+    with open(path, "wb") as f:
+        f.write(whole.read_bytes()[:200])  # a download cut short
+    said = rf"{re.escape(path)} is not a \.keras model file: it is not a zip archive"
+    with pytest.raises(ValueError, match=said):
+        keras_vit.from_checkpoint(path)
+    with pytest.raises(ValueError, match=said):
+        train(str(tmp_path), weights=path, output_dir=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=said):
+        train(str(tmp_path), teacher=path, output_dir=str(tmp_path / "run"))
+    for command in (["evaluate", "--model", path], ["predict", path, "--model", path]):
+        with pytest.raises(SystemExit, match=said):
+            main(command)
