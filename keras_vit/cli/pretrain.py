@@ -53,10 +53,17 @@ def run(args):
 
 
 def finetune_command(model, args):
-    """The `keras-vit finetune` command line for `model` on the data it was pre-trained on."""
+    """The `keras-vit finetune` command line for `model` on the data it was pre-trained on.
+
+    A folder without `test/` images gets a held-out share of its training
+    images to test on (`--validation-split`), as `finetune` needs there.
+    """
+    import os
     import shlex
 
     words = ["keras-vit", "finetune", model, "--dataset", args.dataset]
     if args.data_dir is not None:
         words += ["--data-dir", args.data_dir]
+    if os.path.isdir(args.dataset) and not os.path.isdir(os.path.join(args.dataset, "test")):
+        words += ["--validation-split", "0.1"]
     return shlex.join(words + ["--recipe", "small"])

@@ -84,6 +84,22 @@ def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, 
     assert classifier.output_shape == (None, 2)
 
 
+@pytest.mark.backend_independent
+def test_the_printed_finetune_command_holds_out_test_images_of_a_folder_without_test(tmp_path):
+    from keras_vit.cli import build_parser
+    from keras_vit.cli.pretrain import finetune_command
+
+    plain = tmp_path / "plain"
+    (plain / "a").mkdir(parents=True)
+    split = tmp_path / "split"
+    (split / "test").mkdir(parents=True)
+    for data, held_out in ((plain, True), (split, False), ("fashion_mnist", False)):
+        args = build_parser().parse_args(["pretrain", "--dataset", str(data)])
+        command = shlex.split(finetune_command("model.keras", args))
+        assert ("--validation-split" in command) == held_out, command
+        build_parser().parse_args(command[1:])  # a command the parser takes
+
+
 def test_pretrain_refuses_bad_arguments_before_any_work(tmp_path):
     out = str(tmp_path / "never")
     for extra, message in (
