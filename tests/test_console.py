@@ -216,6 +216,8 @@ def test_every_option_of_every_command_is_described_with_its_default():
             assert action.help, f"keras-vit {name} {action.option_strings or action.dest}"
     shown = commands["evaluate"].format_help()
     assert "(default: keras_vit_run/model.keras)" in shown and "(default: 500)" in shown
+    # evaluate takes no --validation-split: it says whose split it uses.
+    assert "held-out split" in " ".join(shown.split())
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's own log lines")

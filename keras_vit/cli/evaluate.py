@@ -14,7 +14,11 @@ def add_parser(command):
     evaluate = command(
         "evaluate",
         help="evaluate a saved model",
-        description="Accuracy and loss of a saved model on a dataset split.",
+        description=(
+            "Accuracy and loss of a saved model on a dataset split. A model of a run "
+            "evaluates on the run's own data: its dataset, data folder and held-out split "
+            "(--validation-split of `keras-vit train`), from run.json beside MODEL."
+        ),
     )
     evaluate.add_argument("--model", default="keras_vit_run/model.keras", help="a .keras file")
     evaluate.add_argument(
