@@ -35,7 +35,9 @@ def merge_tokens(model, r):
     Args:
         model: a `keras_vit.VisionTransformer` classifier or feature model
             of a fixed input size with `pooling="token"` (the class token's
-            features: the paper's, DeiT's and DINOv2's heads).
+            features: the paper's, DeiT's and DINOv2's heads; a distilled
+            DeiT's two heads, its class and distillation tokens never
+            merged).
         r: int >= 1, the pairs merged in each block; at most what the
             patches allow (`largest_merge`, e.g. 19 for the 256 patches of
             a ViT-S/14 at 224 px).
@@ -76,31 +78,40 @@ def merge_tokens(model, r):
             f"`r` must be an int from 1 to {largest}: the most that each of the "
             f"{len(blocks)} blocks can merge from {num_patches} patch tokens. Received: r={r!r}"
         )
-    return keras.Model(model.inputs[0], _merged_graph(model, blocks, r, pooling), name=model.name)
+    return keras.Model(model.inputs[0], _merged_graph(model, r, pooling), name=model.name)
 
 
-def _merged_graph(model, blocks, r, pooling):
-    """The model's layers called again in order, its blocks replaced by merging ones."""
-    x = model.inputs[0]
-    previous, sizes = x, None
+def _merged_graph(model, r, pooling):
+    """The model's layers called again in order, its blocks replaced by merging ones.
+
+    Each layer takes the copies of the tensors it took (a distilled DeiT's
+    second pooling and head, and their average, too); the blocks hand the
+    merged tokens' sizes on from one to the next.
+    """
+    copied = {id(model.inputs[0]): model.inputs[0]}
+    sizes = None
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
-        if layer.input is not previous:
+        inputs = layer.input
+        several = isinstance(inputs, (list, tuple))
+        taken = list(inputs) if several else [inputs]
+        if any(id(tensor) not in copied for tensor in taken):
             raise ValueError(
-                f"merge_tokens takes a model whose layers form a chain; layer {layer.name!r} "
-                "does not take the previous layer's output."
+                f"merge_tokens takes the graph of a keras_vit model; layer {layer.name!r} "
+                "takes a tensor from outside it."
             )
-        previous = layer.output
+        taken = [copied[id(tensor)] for tensor in taken]
         if isinstance(layer, TransformerBlock):
             config = {**layer.get_config(), "remat": False}
             copy = TokenMergingBlock(r=r, num_prefix_tokens=pooling.num_prefix_tokens, **config)
-            x, sizes = copy(x if sizes is None else [x, sizes])
+            output, sizes = copy(taken[0] if sizes is None else [taken[0], sizes])
         else:
             copy = type(layer).from_config(layer.get_config())
-            x = copy(x)
+            output = copy(taken if several else taken[0])
         # Copies, not the model's layers: two models holding one variable
         # break on JAX, whose calls hand a model's buffers over to XLA.
         for target, source in zip(copy.weights, layer.weights, strict=True):
             target.assign(keras.ops.copy(source.value))
-    return x
+        copied[id(layer.output)] = output
+    return copied[id(model.outputs[0])]

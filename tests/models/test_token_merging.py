@@ -34,6 +34,21 @@ def test_each_block_merges_r_pairs_and_the_model_saves_and_loads(tmp_path):
     )
 
 
+def test_a_distilled_models_two_heads_read_their_tokens_after_merging():
+    model = randomize_weights(
+        keras_vit.VisionTransformer(**FUNCTION, distillation_token=True), scale=0.5
+    )
+    merged = merge_tokens(model, 3)
+    # 16 patches and the two tokens that are never merged: 3 fewer patches a block.
+    assert merged.get_layer("encoderblock_1").output[0].shape[1] == 2 + 16 - 6
+    tokens = keras.Model(merged.input, merged.get_layer("encoder_norm").output)(images())
+    heads = [merged.get_layer(name) for name in ("head", "head_dist")]
+    expected = sum(ops.convert_to_numpy(head(tokens[:, index])) for index, head in enumerate(heads))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(merged(images())), expected / 2, rtol=1e-5, atol=1e-5
+    )
+
+
 def test_the_largest_r_leaves_every_block_half_its_patches_to_merge_into():
     assert largest_merge(256, 12) == 19  # ViT-S/14 at 224 px: 28 tokens left at the end
     assert largest_merge(16, 2) == 5
