@@ -39,3 +39,44 @@ def native_stderr_captured():
         finally:
             os.dup2(saved, 2)
             os.close(saved)
+
+
+@contextlib.contextmanager
+def native_stderr_kept_out():
+    """A command's block: native code's standard error kept out, Python's lines kept in.
+
+    What native libraries write to fd 2 while a command works (libjpeg's
+    "Corrupt JPEG data" for a photo it still decodes, TensorFlow's C++
+    warnings) goes to a temporary file; Python's own standard error (the
+    command's lines, logging's) is moved onto a copy of the terminal's fd
+    first, so it still shows. What native code wrote is shown if the block
+    fails with anything but a command's own exit (`SystemExit`).
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    python_stderr = sys.stderr
+    try:
+        python_fd = python_stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # (a test's capture: not fd 2)
+        python_fd = None
+    moved = None
+    if python_fd == 2:
+        moved = os.fdopen(os.dup(saved), "w", buffering=1, errors="backslashreplace")
+        sys.stderr = moved
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except SystemExit:
+            raise
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if moved is not None:
+                sys.stderr = python_stderr
+                moved.close()

@@ -144,6 +144,19 @@ def keras_vit_runs(*commands, on_terminal=None, environment=None, timeout=300):
     return runs
 
 
+def corrupt_jpeg(folder):
+    """A JPEG with junk bytes before its end marker: decoded, with libjpeg's warning."""
+    import numpy as np
+    import tensorflow as tf
+
+    path = os.path.join(folder, "corrupt.jpg")
+    pixels = np.random.default_rng(0).integers(0, 256, (16, 16, 3)).astype("uint8")
+    encoded = tf.io.encode_jpeg(pixels).numpy()
+    with open(path, "wb") as f:
+        f.write(encoded[:-2] + b"\x00" * 39 + encoded[-2:])
+    return path
+
+
 # The console checks that need a fresh interpreter on each backend share one,
 # on a terminal: the help, version and error lines, a run and `evaluate` of its
 # model with their output piped (to files), then a run on the terminal.
@@ -176,6 +189,20 @@ def console(dataset, tmp_path_factory):
             "--dataset",
             os.path.join(dataset, "test"),
         ],
+        # A photo that libjpeg decodes while it warns on fd 2 ("Corrupt JPEG data").
+        "predict corrupt": [
+            "predict",
+            corrupt_jpeg(folder),
+            "--model",
+            str(folder / "piped" / "model.keras"),
+        ],
+        "predict corrupt --verbose": [
+            "predict",
+            corrupt_jpeg(folder),
+            "--model",
+            str(folder / "piped" / "model.keras"),
+            "--verbose",
+        ],
     }
     runs = keras_vit_runs(
         *commands.values(), on_terminal=[*train, "--output-dir", str(folder / "terminal")]
@@ -192,6 +219,15 @@ def test_help_version_and_errors_print_only_the_commands_own_lines(console):
     assert code == 1 and output.strip() == (
         f"keras-vit predict: no such image file(s): [{console['missing']!r}]"
     )
+
+
+@pytest.mark.slow
+def test_other_libraries_lines_are_kept_out_unless_verbose(console):
+    code, output = console["predict corrupt"]
+    assert code == 0 and "corrupt.jpg" in output, output
+    assert "Corrupt JPEG data" not in output and "Warning" not in output, output
+    code, output = console["predict corrupt --verbose"]
+    assert code == 0 and re.search(r"Corrupt JPEG data: \d+ extraneous bytes", output), output
 
 
 @pytest.mark.backend_independent
@@ -278,3 +314,26 @@ def test_importing_the_package_leaves_the_users_logging_settings_alone():
         "                                  for n in ('tensorflow', 'absl')])"
     )
     assert out.strip().splitlines()[-1] == "[] True"
+
+
+@pytest.mark.backend_independent
+def test_a_command_shows_the_packages_warnings_and_not_other_libraries(recwarn):
+    import warnings
+
+    from keras_vit.cli import _own_lines_only
+
+    def keras_warns():  # as if Keras' or torch's own code warned
+        warnings.warn_explicit("foreign", UserWarning, "keras/src/x.py", 1, module="keras.src.x")
+
+    def package_warns():
+        warnings.warn_explicit("ours", UserWarning, "keras_vit/export/litert.py", 1,
+                               module="keras_vit.export.litert")  # fmt: skip
+
+    with _own_lines_only(verbose=False):
+        keras_warns()
+        package_warns()
+    assert [str(w.message) for w in recwarn] == ["ours"]
+    recwarn.clear()
+    with _own_lines_only(verbose=True):
+        keras_warns()
+    assert [str(w.message) for w in recwarn] == ["foreign"]

@@ -10,8 +10,10 @@ they share. Each sub-command imports its work when it runs.
 """
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
 
 from keras_vit._options import options_named
 from keras_vit.cli import (
@@ -64,6 +66,26 @@ def build_parser():
     return parser
 
 
+@contextlib.contextmanager
+def _own_lines_only(verbose):
+    """The command prints its own lines only; other libraries' with `--verbose`.
+
+    Python warnings of other packages (Keras', torch's) are ignored, the
+    package's own shown; what native code writes to standard error (libjpeg's
+    "Corrupt JPEG data" beside our line naming the file it skips) is kept
+    out (`_native_output.native_stderr_kept_out`).
+    """
+    if verbose:
+        yield
+        return
+    from keras_vit._native_output import native_stderr_kept_out
+
+    with warnings.catch_warnings(), native_stderr_kept_out():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("default", module=r"keras_vit(\.|$)")
+        yield
+
+
 def _quiet_python_logs():
     """Keeps TensorFlow's and absl's Python loggers to errors (the CLI prints its own lines).
 
@@ -102,7 +124,7 @@ def main(argv=None):
             fail(args.command, error)
     try:
         # The library's messages name the options the command took its arguments from.
-        with options_named(args.options):
+        with options_named(args.options), _own_lines_only(args.verbose):
             return args.run(args)
     except KeyboardInterrupt:
         print(_interrupted(args), file=sys.stderr)
