@@ -360,6 +360,8 @@ def test_outputs_that_cannot_be_written_get_one_line_before_any_work(tmp_path):
             ["inspect", str(model), str(image), "--out", "/sys/figures"],
             r"--out /sys/figures: cannot",
         ),
+        (["demo", "--output-dir", "/sys/demo"], r"keras-vit demo: --output-dir /sys/demo: cannot"),
+        (["convert", str(model), "/sys/x.keras"], r"keras-vit convert: DST /sys/x.keras: cannot"),
         (["train", "--output-dir", str(a_file)], rf"--output-dir {a_file} is a file, not a folder"),
         (
             ["inspect", str(model), str(image), "--out", str(a_file / "figures")],
@@ -648,3 +650,14 @@ def test_learning_curves_count_epochs_like_the_history(tmp_path):
     axis = captured["axes"][0]
     assert axis.get_xlim() == (0.5, 1.5)
     assert [tick for tick in axis.get_xticks() if 0.5 <= tick <= 1.5] == [1.0]
+
+
+def test_exporting_a_model_of_any_size_names_the_option_export_takes(tmp_path):
+    model = tmp_path / "any_size.keras"
+    keras_vit.VisionTransformer(**{**TINY, "input_shape": (None, None, 3)}).save(model)
+    for export_format in ("tflite", "onnx"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["export", str(model), "--format", export_format])
+        shown = str(exit_.value.code)
+        assert "name the size to export it at, e.g. --image-size 224." in shown, shown
+        assert "--model" not in shown  # (export takes MODEL, positional)

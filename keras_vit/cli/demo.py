@@ -7,7 +7,7 @@ train` runs), one epoch; the prediction reads the run's saved model back.
 import time
 
 from keras_vit.cli.options import non_negative_int, positive_int, progress
-from keras_vit.cli.preflight import TRAINING, fail
+from keras_vit.cli.preflight import TRAINING, check_writable, fail
 from keras_vit.cli.run_model import load_run_model
 
 NEEDS = TRAINING  # it runs `train()`
@@ -50,6 +50,7 @@ def run(args):
         f"{keras_vit.models.parameter_count('B/16'):,} parameters (paper: 86,567,656)"
     )
     try:
+        check_writable(args.output_dir, "--output-dir", folder=True)
         result = train(
             "fashion_mnist",
             epochs=args.epochs,
