@@ -93,7 +93,7 @@ def test_int8_tflite_of_a_model_with_an_outlier_channel_is_closer_to_keras_rotat
             model, path, quantization="int8", representative_data=calibration, rotate=rotate
         )
         assert result["rotated"] is rotate
-        assert json.load(open(tmp_path / f"rotate_{rotate}.json"))["rotated"] is rotate
+        assert json.load(open(tmp_path / f"rotate_{rotate}.tflite.json"))["rotated"] is rotate
         report = keras_vit.export.check_tflite(path, model, images, latency_runs=1)
         errors[rotate] = report["max_abs_error"]
     assert errors[True] < 0.7 * errors[False], errors
