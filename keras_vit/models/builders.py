@@ -26,7 +26,8 @@ MLP {mlp_dim}, {num_heads} heads, {patch_size}×{patch_size} patches).
 
     Args:
         include_top: bool, whether to end with the classification head.
-        weights: `None`, a registered checkpoint name (e.g.
+        weights: `None`, `"imagenet"` (the ImageNet-1k classifier, as in
+            keras.applications), another registered checkpoint name (e.g.
             `"imagenet21k"`; see `keras_vit.weights.registry.names("{variant}")`)
             or the path of a weights file or checkpoint (see
             `VisionTransformer`).

@@ -62,7 +62,8 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
         mlp_dim: int, the hidden width of the MLPs.
         include_top: bool, whether to end with the classification head.
         weights: `None` (random initialisation), a checkpoint name
-            registered for this variant (e.g. `"imagenet21k"`,
+            registered for this variant (e.g. `"imagenet"`, the ImageNet-1k
+            classifier as in keras.applications, `"imagenet21k"`,
             `"augreg-imagenet21k+imagenet2012"`; downloaded once, see
             `keras_vit.weights.registry`), or the path of a weights file:
             Keras (`.weights.h5`, `.keras`), official `.npz`, or a Hugging

@@ -67,6 +67,13 @@ def registered(weights, variant=None):
         return registry.CHECKPOINTS[(variant, path)]
     if not os.path.isfile(path):
         known = registry.names(variant) if variant else []
+        if path == registry.IMAGENET:
+            raise ValueError(
+                f"weights='imagenet' names a variant's ImageNet-1k classifier, and "
+                f"{'ViT-' + variant if variant else 'this architecture'} has none "
+                f"(registered: {', '.join(known) or 'none'}). Pass one of those or "
+                "the path of a weights file."
+            )
         raise ValueError(
             f"weights={path!r} is neither an existing file nor a checkpoint "
             f"registered for {'ViT-' + variant if variant else 'this architecture'} "

@@ -4,7 +4,8 @@
 "imagenet21k")` here, downloads the file through `keras.utils.get_file`
 (cached in `~/.keras/keras_vit/`, checked against its SHA-256 when one is
 recorded) and builds the model the checkpoint expects: its resolution,
-class count, `pre_logits` layer and pixel normalisation.
+class count, `pre_logits` layer and pixel normalisation. `"imagenet"` is
+each variant's ImageNet-1k classifier (`IMAGENET_CHECKPOINTS`).
 """
 
 import dataclasses
@@ -48,6 +49,22 @@ class Checkpoint:
 
 
 CHECKPOINTS = {}
+
+# `weights="imagenet"`, keras.applications' name for a builder's ImageNet-1k
+# classifier, is the variant's best ImageNet-1k fine-tune at the builders'
+# default 224 px (AugReg's: ImageNet-21k pre-training, the run the AugReg
+# paper recommends); L/32 was only published fine-tuned at 384 px.
+IMAGENET = "imagenet"
+IMAGENET_CHECKPOINTS = {
+    "Ti/16": "augreg-imagenet21k+imagenet2012",
+    "S/16": "augreg-imagenet21k+imagenet2012",
+    "S/32": "augreg-imagenet21k+imagenet2012",
+    "B/8": "augreg-imagenet21k+imagenet2012",
+    "B/16": "augreg-imagenet21k+imagenet2012",
+    "B/32": "augreg-imagenet21k+imagenet2012",
+    "L/16": "augreg-imagenet21k+imagenet2012",
+    "L/32": "imagenet21k+imagenet2012",
+}
 
 
 def register(name, checkpoint):
@@ -210,6 +227,8 @@ def _register_published():
                     image_size=size,
                 ),
             )
+    for variant, name in IMAGENET_CHECKPOINTS.items():
+        register(IMAGENET, lookup(variant, name))
 
 
 _register_published()

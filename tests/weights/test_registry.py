@@ -12,6 +12,7 @@ import pytest
 from keras import ops
 
 import keras_vit
+from keras_vit.models.variants import PUBLISHED
 from keras_vit.weights import registry
 from keras_vit.weights.converters.official import to_official
 
@@ -99,6 +100,39 @@ def test_published_table():
     )
     assert registry.lookup("B/16", "imagenet21k+imagenet2012").file_name == "ViT-B_16.npz"
     assert "augreg-imagenet21k" in registry.names("Ti/16")
+
+
+def test_imagenet_is_each_variants_imagenet_1k_classifier_as_in_keras_applications():
+    for variant in PUBLISHED:
+        if variant == "H/14":  # published pre-trained on ImageNet-21k only
+            with pytest.raises(
+                ValueError,
+                match="ImageNet-1k classifier, and ViT-H/14 has none \\(registered: imagenet21k\\)",
+            ):
+                keras_vit.ViTH14(weights="imagenet")
+            continue
+        checkpoint = registry.lookup(variant, "imagenet")
+        assert (checkpoint.classes, checkpoint.label_set) == (1000, "imagenet-1k"), variant
+        expected = (
+            "imagenet21k+imagenet2012" if variant == "L/32" else ("augreg-imagenet21k+imagenet2012")
+        )
+        assert checkpoint is registry.lookup(variant, expected), variant
+        assert checkpoint.image_size == (384 if variant == "L/32" else 224), variant
+
+
+def test_a_builder_given_imagenet_loads_that_file_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    source = keras_vit.ViTTi16(input_shape=SIZE)
+    rng = np.random.default_rng(1)
+    source.set_weights([rng.normal(0, 0.02, w.shape) for w in source.get_weights()])
+    cached = tmp_path / "keras_vit" / registry.lookup("Ti/16", "imagenet").file_name
+    cached.parent.mkdir()
+    np.savez(cached, **to_official(source))
+    model = keras_vit.ViTTi16(weights="imagenet", input_shape=SIZE)
+    images = rng.uniform(0, 255, (2, *SIZE)).astype("float32")
+    np.testing.assert_allclose(
+        model.predict(images, verbose=0), source.predict(images, verbose=0), atol=1e-6
+    )
 
 
 def test_unhashed_entries_are_pinned_on_first_use(published_file, tmp_path):
