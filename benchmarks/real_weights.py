@@ -274,7 +274,7 @@ def with_int8_weights(model):
             continue
         # Output channels: a `(D, 3, heads, head_dim)` q/k/v kernel's last three
         # axes; every other kernel's last axis.
-        if variable.path.endswith("qkv_kernel"):
+        if variable.path.endswith("qkv/kernel"):
             columns = kernel.reshape(kernel.shape[0], -1)
         else:
             columns = kernel.reshape(-1, kernel.shape[-1])

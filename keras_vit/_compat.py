@@ -206,6 +206,32 @@ def all_layers(model):
     return list(flatten(include_self=False, recursive=True))
 
 
+# --- Models: keras.RematScope ---------------------------------------------
+
+# Every Keras operation reads the active `keras.RematScope` when it is made
+# (keras/src/ops/operation.py: `self._remat_mode`), and there is no public
+# getter (keras/src/backend/common/remat.py: `get_current_remat_mode`).
+# keras_vit's blocks take a scope over with their own `remat`: Keras'
+# wrapper of a whole layer's call cannot pass `training` on TensorFlow
+# graphs (`custom_gradient` takes keyword arguments only eagerly), the
+# model's own wrapper stops JAX building it, and recomputed dropout would
+# draw other units than the forward pass.
+
+
+def remat_scope():
+    """The active `keras.RematScope`'s `(mode, output_size_threshold, layer_names)`, or None."""
+    from keras.src.backend.common import remat
+
+    return _private(remat, "get_current_remat_mode", "the active RematScope")()
+
+
+def without_keras_remat(operations):
+    """Switches Keras' own rematerialisation off on `operations` (their blocks took it over)."""
+    for operation in operations:
+        _private(operation, "_remat_mode", "an operation's RematScope")
+        operation._remat_mode = None
+
+
 # --- Distribution: building before a multi-worker fit -----------------------
 
 

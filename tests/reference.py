@@ -41,10 +41,10 @@ def transformer_block(x, w, approximate=True, eps=1e-6):
     h = layer_norm(x, w["attention_norm/gamma"], w["attention_norm/beta"], eps)
     h, _ = self_attention(
         h,
-        w["attention/qkv_kernel"],
-        w["attention/qkv_bias"],
-        w["attention/out_kernel"],
-        w["attention/out_bias"],
+        w["attention/qkv/kernel"],
+        w["attention/qkv/bias"],
+        w["attention/out/kernel"],
+        w["attention/out/bias"],
     )
     x = x + h
     h = layer_norm(x, w["mlp_norm/gamma"], w["mlp_norm/beta"], eps)

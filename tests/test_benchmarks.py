@@ -234,7 +234,7 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
             continue
         kernels += 1
         # Output channels: q/k/v's (heads, head_dim) per projection, else the last axis.
-        if variable.path.endswith("qkv_kernel"):
+        if variable.path.endswith("qkv/kernel"):
             old_columns = old.reshape(old.shape[0], -1)
         else:
             old_columns = old.reshape(-1, old.shape[-1])

@@ -23,10 +23,10 @@ BATCH_AXIS = "batch"
 # hold for an encoder nested in another model.
 SHARDED_LAYOUTS = {
     # (D, 3, heads, head_dim) and (3, heads, head_dim): split by heads.
-    r"(.*/)?attention/qkv_kernel": (None, None, MODEL_AXIS, None),
-    r"(.*/)?attention/qkv_bias": (None, MODEL_AXIS, None),
+    r"(.*/)?attention/qkv/kernel": (None, None, MODEL_AXIS, None),
+    r"(.*/)?attention/qkv/bias": (None, MODEL_AXIS, None),
     # (heads, head_dim, D): split by its input heads.
-    r"(.*/)?attention/out_kernel": (MODEL_AXIS, None, None),
+    r"(.*/)?attention/out/kernel": (MODEL_AXIS, None, None),
     # (D, mlp_dim), (mlp_dim,) and (mlp_dim, D): split by hidden units.
     r"(.*/)?mlp_dense_1/kernel": (None, MODEL_AXIS),
     r"(.*/)?mlp_dense_1/bias": (MODEL_AXIS,),
@@ -93,12 +93,12 @@ def _architecture(model):
         shapes = {v.path: tuple(v.shape) for v in model.variables}
         found = []
         for path, shape in shapes.items():
-            if re.fullmatch(r"(.*/)?attention/qkv_kernel", path):
+            if re.fullmatch(r"(.*/)?attention/qkv/kernel", path):
                 mlp = next(
                     (
                         s[1]
                         for p, s in shapes.items()
-                        if p == path.replace("attention/qkv_kernel", "mlp_dense_1/kernel")
+                        if p == path.replace("attention/qkv/kernel", "mlp_dense_1/kernel")
                     ),
                     None,
                 )
@@ -106,7 +106,7 @@ def _architecture(model):
         if not found:
             raise ValueError(
                 f"Model {model.name!r} has no keras_vit attention layers to shard "
-                "(no variable path ends in 'attention/qkv_kernel')."
+                "(no variable path ends in 'attention/qkv/kernel')."
             )
         return found
     raise TypeError(

@@ -41,10 +41,10 @@ _READERS = ("head", "head_dist")
 _BLOCK_WEIGHTS = (
     "attention_norm/gamma",
     "attention_norm/beta",
-    "attention/qkv_kernel",
-    "attention/qkv_bias",
-    "attention/out_kernel",
-    "attention/out_bias",
+    "attention/qkv/kernel",
+    "attention/qkv/bias",
+    "attention/out/kernel",
+    "attention/out/bias",
     "attention_scale/gamma",
     "mlp_norm/gamma",
     "mlp_norm/beta",
@@ -171,28 +171,28 @@ def rotated_copy(model, seed=0):
         key=lambda block: int(block.rsplit("_", 1)[1]),
     )
     for block in blocks:
-        qkv = get(f"{block}/attention/qkv_kernel")  # (width, 3, heads, head_dim)
+        qkv = get(f"{block}/attention/qkv/kernel")  # (width, 3, heads, head_dim)
         kernel, bias = read_after(
             f"{block}/attention_norm",
             qkv.reshape(width, -1),
-            get(f"{block}/attention/qkv_bias").reshape(-1),
+            get(f"{block}/attention/qkv/bias").reshape(-1),
         )
         kernel, bias = kernel.reshape(qkv.shape), bias.reshape(qkv.shape[1:])
         reset(f"{block}/attention_norm")
-        out = get(f"{block}/attention/out_kernel")  # (heads, head_dim, width)
+        out = get(f"{block}/attention/out/kernel")  # (heads, head_dim, width)
         spread = _hadamard(qkv.shape[-1])
         if spread is not None:
             kernel[:, 2], bias[2] = kernel[:, 2] @ spread, bias[2] @ spread
             out = np.einsum("ji,hjd->hid", spread, out)
-        put(f"{block}/attention/qkv_kernel", kernel)
-        put(f"{block}/attention/qkv_bias", bias)
+        put(f"{block}/attention/qkv/kernel", kernel)
+        put(f"{block}/attention/qkv/bias", bias)
         for scale, writer in (
-            ("attention_scale", ("attention/out_kernel", "attention/out_bias")),
+            ("attention_scale", ("attention/out/kernel", "attention/out/bias")),
             ("mlp_scale", ("mlp_dense_2/kernel", "mlp_dense_2/bias")),
         ):
             gain = get(f"{block}/{scale}/gamma") if f"{block}/{scale}/gamma" in weights else 1.0
             for name in writer:
-                value = out if name == "attention/out_kernel" else get(f"{block}/{name}")
+                value = out if name == "attention/out/kernel" else get(f"{block}/{name}")
                 put(f"{block}/{name}", (value * gain) @ write)
             if f"{block}/{scale}/gamma" in weights:
                 put(f"{block}/{scale}/gamma", np.ones(width))

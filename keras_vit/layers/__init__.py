@@ -15,6 +15,7 @@ from keras_vit.layers.position_embedding import (
     resample_position_embeddings,
     sincos_2d_position_embeddings,
 )
+from keras_vit.layers.projection import Projection
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.restore_masked_tokens import RestoreMaskedTokens
 from keras_vit.layers.select_tokens import SelectTokens
@@ -35,6 +36,7 @@ __all__ = [
     "PatchDropout",
     "PatchEmbedding",
     "PositionEmbedding",
+    "Projection",
     "RegisterTokens",
     "RestoreMaskedTokens",
     "SelectTokens",

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.projection import Projection
 from keras_vit.ops.attention import fused_attention, fused_attention_kernel_available
 from keras_vit.ops.switch import fast_kernels_enabled
 
@@ -57,10 +58,13 @@ def attention_output_spec(layer, inputs, return_attention_scores):
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention (MSA) of ViT.
 
-    Queries, keys and values come from one fused projection, kept as a
-    kernel of shape `(hidden_dim, 3, num_heads, head_dim)` (q, k, v stacked
-    on axis 1, heads on their own axis so that they can be sharded); the
-    output projection's kernel has shape `(num_heads, head_dim, hidden_dim)`.
+    Queries, keys and values come from one fused projection, the sublayer
+    `qkv`, whose kernel has shape `(hidden_dim, 3, num_heads, head_dim)`
+    (q, k, v stacked on axis 1, heads on their own axis so that they can be
+    sharded); the output projection `out` has a kernel of shape
+    `(num_heads, head_dim, hidden_dim)`. Both are `Projection`s, Keras
+    `EinsumDense` layers: `model.quantize(...)`, `enable_lora` and a
+    `DTypePolicyMap` reach them as any Keras projection.
     Where `keras.ops.dot_product_attention` is a fused kernel (PyTorch's
     SDPA, JAX on a GPU) attention runs on it (`keras_vit.ops.attention`).
     Elsewhere, with the fast kernels switched off
@@ -142,33 +146,42 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
         self.hidden_dim = hidden_dim
         self.head_dim = hidden_dim // self.num_heads
-        qkv_shape = (hidden_dim, 3, self.num_heads, self.head_dim)
-        self.qkv_kernel = self.add_weight(
-            name="qkv_kernel",
-            shape=qkv_shape,
-            initializer=_projection_initializer(
-                self.kernel_initializer, hidden_dim, hidden_dim, qkv_shape
-            ),
-        )
-        out_shape = (self.num_heads, self.head_dim, hidden_dim)
-        self.out_kernel = self.add_weight(
-            name="out_kernel",
-            shape=out_shape,
-            initializer=_projection_initializer(
-                self.kernel_initializer, hidden_dim, hidden_dim, out_shape
-            ),
-        )
-        if self.use_bias:
-            self.qkv_bias = self.add_weight(
-                name="qkv_bias",
-                shape=(3, self.num_heads, self.head_dim),
-                initializer=self.bias_initializer,
+        heads = (self.num_heads, self.head_dim)
+
+        def projection(equation, output_shape, bias_axes, kernel_shape, name):
+            return Projection(
+                equation,
+                output_shape,
+                bias_axes=bias_axes if self.use_bias else None,
+                kernel_initializer=_projection_initializer(
+                    self.kernel_initializer, hidden_dim, hidden_dim, kernel_shape
+                ),
+                bias_initializer=fresh_initializer(self.bias_initializer),
+                name=name,
+                dtype=self.dtype_policy,
             )
-            self.out_bias = self.add_weight(
-                name="out_bias",
-                shape=(hidden_dim,),
-                initializer=self.bias_initializer,
+
+        # (D, 3, heads, head_dim): q, k and v stacked on axis 1.
+        self.qkv = projection("ab,bcde->acde", (3, *heads), "cde", (hidden_dim, 3, *heads), "qkv")
+        self.qkv.build((None, hidden_dim))
+        # (heads, head_dim, D).
+        self.out = projection("abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out")
+        self.out.build((None, *heads))
+
+    def load_own_variables(self, store):
+        # Files of the earlier layout hold the projections' variables in this
+        # layer's own: the qkv and out kernels, then their biases.
+        count = len(store.keys())
+        if not count:
+            return
+        if count != 2 + 2 * self.use_bias:
+            raise ValueError(
+                f"Layer {self.name!r} expected {2 + 2 * self.use_bias} variables of the "
+                f"earlier file layout, but received {count} variables during loading."
             )
+        biases = (store["2"], store["3"]) if self.use_bias else (None, None)
+        self.qkv.assign_loaded(store["0"], biases[0])
+        self.out.assign_loaded(store["1"], biases[1])
 
     def call(self, inputs, training=None, return_attention_scores=False):
         query, key, value = self.project(inputs)
@@ -191,12 +204,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # Projections run on (batch * tokens, width) matrices: TensorFlow
         # then runs a oneDNN inner product with the bias fused in; on 3-D
         # tokens it ran a plain GEMM and a separate bias add.
-        qkv = ops.matmul(
-            ops.reshape(inputs, (-1, self.hidden_dim)),
-            ops.reshape(self.qkv_kernel, (self.hidden_dim, -1)),
-        )
-        if self.use_bias:
-            qkv = qkv + ops.reshape(self.qkv_bias, (-1,))
+        qkv = self.qkv(ops.reshape(inputs, (-1, self.hidden_dim)))
+        qkv = ops.reshape(qkv, (-1, 3 * self.hidden_dim))
         # An even split of the last axis (not indexing a 5-D tensor) keeps
         # the graph inside one XNNPACK partition when converted to TFLite.
         return tuple(
@@ -207,12 +216,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def combine(self, context):
         """The output projection of the heads' `context`, `(batch, tokens, heads, head_dim)`."""
         num_tokens = ops.shape(context)[1]
-        outputs = ops.matmul(
-            ops.reshape(context, (-1, self.hidden_dim)),
-            ops.reshape(self.out_kernel, (self.hidden_dim, self.hidden_dim)),
-        )
-        if self.use_bias:
-            outputs = outputs + self.out_bias
+        outputs = self.out(ops.reshape(context, (-1, self.num_heads, self.head_dim)))
         return ops.reshape(outputs, (-1, num_tokens, self.hidden_dim))
 
     def attend(self, query, key, value, use_dropout=False, full_precision=False, key_bias=None):

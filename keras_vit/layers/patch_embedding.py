@@ -192,7 +192,10 @@ class PatchEmbedding(keras.layers.Layer):
             inputs = ops.pad(inputs, [(0, 0), *padding, (0, 0)])
         elif all(isinstance(side, int) for side in size):
             patch_grid(size, self.patch_size)
-        elif None not in size:  # a TensorFlow graph for images of any size
+        elif None not in size and keras.backend.backend() == "tensorflow":
+            # A TensorFlow graph for images of any size. (A PyTorch trace, for
+            # ONNX, sees its sides as tensors too: TensorFlow's check would
+            # turn its images into a constant.)
             inputs = _checked_multiple(inputs, size, self.patch_size)
         x = ops.conv(
             inputs,

@@ -40,6 +40,10 @@ class StochasticDepth(keras.layers.Layer):
         self.rate = rate
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+        # Nothing to build (as Keras' Dropout): `model.quantize()` refuses a
+        # model with a layer not built, and a block traced symbolically never
+        # calls this one.
+        self.built = True
 
     def call(self, inputs, training=None):
         if not training or self.rate == 0:

@@ -79,7 +79,7 @@ _ARCHITECTURE_WEIGHTS = {
     "patch_size": "patch_embedding/kernel",
     "hidden_dim": "patch_embedding/kernel",
     "mlp_dim": "encoderblock_0/mlp_dense_1/kernel",
-    "num_heads": "encoderblock_0/attention/qkv_kernel",
+    "num_heads": "encoderblock_0/attention/qkv/kernel",
     "num_layers": "encoderblock_{last}",
 }
 
@@ -156,7 +156,7 @@ def _shapes(path, tensors):
         "layer_scale_init": 1.0 if "encoderblock_0/attention_scale/gamma" in shapes else None,
     }
     if layout in ("official", "keras_vit"):  # kernels with a head axis
-        arguments["num_heads"] = int(shapes["encoderblock_0/attention/qkv_kernel"].shape[2])
+        arguments["num_heads"] = int(shapes["encoderblock_0/attention/qkv/kernel"].shape[2])
     if arguments["include_top"]:
         arguments["classes"] = int(shapes["head/kernel"].shape[1])
         if class_token and shapes["head/kernel"].shape[0] == 2 * hidden_dim:

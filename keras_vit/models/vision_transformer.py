@@ -2,11 +2,13 @@
 
 import contextlib
 import inspect
+import math
 import typing
 
 import keras
 import numpy as np
 
+from keras_vit import _compat
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import _pair
 from keras_vit.models.image_input import (
@@ -267,6 +269,9 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
             else:
                 images, inputs = input_tensor, keras.utils.get_source_inputs(input_tensor)
             super().__init__(inputs, _assemble(images, arguments, plan), name=name)
+        if plan.remat_scope is not None and plan.remat_scope.mode != "activations":
+            # The blocks took the scope over (see `_block_remat`).
+            _compat.without_keras_remat([self, *self.operations, *_compat.all_layers(self)])
         self.trainable = trainable
         self._sizes_checked = frozenset()  # input sizes that `_check_image_size` passed
         # What `get_config` returns: the arguments as checked (with `weights=`,
@@ -322,7 +327,7 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
             **arguments,
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": self.dtype_policy.name,
+            "dtype": _dtype_policy_config(self),
         }
 
     @classmethod
@@ -390,24 +395,55 @@ def _checked_arguments(given, input_tensor):
 
 @contextlib.contextmanager
 def _global_dtype_policy(dtype):
+    # Every layer takes the global policy; a `DTypePolicyMap` is one too,
+    # shared by all layers, each looking its own path up in it.
     if dtype is None:
         yield
         return
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype)
+    keras.config.set_dtype_policy(keras.dtype_policies.get(dtype))
     try:
         yield
     finally:
         keras.config.set_dtype_policy(previous)
 
 
+def _own_policy(layer):
+    """The dtype policy `layer` computes with (its entry, where it holds a `DTypePolicyMap`)."""
+    policy = layer.dtype_policy
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+        return policy[layer.path]
+    return policy
+
+
+def _dtype_policy_config(model):
+    """The model's dtype policy, as `dtype=` rebuilds it: a quantized model's is a map.
+
+    The map (keras-hub's way) names each quantized layer's policy by its
+    path (`encoderblock_0/attention/qkv`: `int8_from_float32`), so that the
+    rebuilt layers create their quantized variables, whether the model was
+    quantized after it was built or built from such a map.
+    """
+    policy = model.dtype_policy
+    quantized = {
+        layer.path: _own_policy(layer)
+        for layer in _compat.all_layers(model)
+        if layer.quantization_mode is not None
+    }
+    if not isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        if not quantized:
+            return policy.name
+        policy = keras.dtype_policies.DTypePolicyMap(policy)
+    for path, layer_policy in quantized.items():
+        if path not in policy:
+            policy[path] = layer_policy
+    return keras.dtype_policies.serialize(policy)
+
+
 def _changed_in_place(model):
-    """Whether a model's layers were changed after it was built (quantized, LoRA, frozen)."""
-    for variable in model.weights:
-        if not keras.backend.is_float_dtype(variable.dtype) or any(
-            marker in variable.path for marker in ("lora_kernel", "amax_history")
-        ):
-            return True
+    """Whether a model's layers were changed after it was built (LoRA, frozen layers)."""
+    if any("lora_kernel" in variable.path for variable in model.weights):
+        return True
     return model.trainable and any(not layer.trainable for layer in model.layers)
 
 
@@ -418,6 +454,7 @@ class _Plan(typing.NamedTuple):
     rescaling: dict  # `Rescaling`'s scale and offset
     stem: object  # the `ConvStem`, or None
     grid_size: tuple  # the position table's grid
+    remat_scope: object  # the active `keras.RematScope`'s mode, or None
 
 
 def _plan(arguments):
@@ -484,13 +521,13 @@ def _plan(arguments):
         raise ValueError(
             f"hidden_dim {a['hidden_dim']} is not divisible by num_heads {a['num_heads']}."
         )
-    return _Plan(dynamic, rescaling, stem, grid_size)
+    return _Plan(dynamic, rescaling, stem, grid_size, _compat.remat_scope())
 
 
 def _assemble(images, arguments, plan):
     """The model's output tensor for `images`: embedding, encoder, head."""
     tokens, num_prefix_tokens = _embed(images, arguments, plan)
-    tokens = _encode(tokens, arguments)
+    tokens = _encode(tokens, arguments, plan.remat_scope)
     return _head(tokens, arguments, num_prefix_tokens)
 
 
@@ -554,7 +591,7 @@ def _embed(images, arguments, plan):
     return x, num_prefix_tokens
 
 
-def _encode(tokens, arguments):
+def _encode(tokens, arguments, remat_scope):
     """The pre-norm Transformer blocks and the final LayerNorm."""
     a = arguments
     rates = np.linspace(0.0, a["drop_path_rate"], a["num_layers"])  # rising to the last block
@@ -569,12 +606,30 @@ def _encode(tokens, arguments):
             approximate_gelu=a["approximate_gelu"],
             layer_norm_epsilon=a["layer_norm_epsilon"],
             seed=_sublayer_seed(a, 10 * (index + 1)),
-            remat=a["remat"],
+            remat=a["remat"] or _block_remat(remat_scope, f"encoderblock_{index}", tokens),
             name=f"encoderblock_{index}",
         )(tokens)
     return vit_layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="encoder_norm")(
         tokens
     )
+
+
+def _block_remat(scope, name, tokens):
+    """Whether a `keras.RematScope` asks block `name` to recompute its activations.
+
+    The blocks hold nearly all of a ViT's activations, and they recompute
+    theirs with `remat=True`: `"full"` asks every block, `"larger_than"` a
+    block whose tokens (batch counted once) are larger than the threshold,
+    `"list_of_layers"` the blocks named. `"activations"` is Keras' own
+    (a `Dense` layer's activation function: `pre_logits`, the head).
+    """
+    if scope is None:
+        return False
+    if scope.mode == "full":
+        return True
+    if scope.mode == "larger_than":
+        return math.prod(size or 1 for size in tokens.shape) > scope.output_size_threshold
+    return scope.mode == "list_of_layers" and name in scope.layer_names
 
 
 def _head(tokens, arguments, num_prefix_tokens):
@@ -598,9 +653,7 @@ def _head(tokens, arguments, num_prefix_tokens):
         x = keras.layers.Dense(a["representation_size"], activation="tanh", name="pre_logits")(x)
     if not a["include_top"]:
         return x
-    # The head computes in the variable dtype (float32 under mixed
-    # precision), so logits and probabilities come out in float32.
-    head_dtype = keras.dtype_policies.get(keras.config.dtype_policy()).variable_dtype
+    head_dtype = _head_dtype_policy
     classes, activation = a["classes"], a["classifier_activation"]
     if not a["distillation_token"]:
         return keras.layers.Dense(
@@ -608,18 +661,33 @@ def _head(tokens, arguments, num_prefix_tokens):
             activation=activation,
             kernel_initializer="zeros",
             name="head",
-            dtype=head_dtype,
+            dtype=head_dtype("head"),
         )(x)
     distilled = vit_layers.TokenPooling(
         "token", num_prefix_tokens=num_prefix_tokens, token_index=1, name="distillation_pooling"
     )(tokens)
     logits = [
-        keras.layers.Dense(classes, kernel_initializer="zeros", name=head_name, dtype=head_dtype)(
-            features
-        )
+        keras.layers.Dense(
+            classes, kernel_initializer="zeros", name=head_name, dtype=head_dtype(head_name)
+        )(features)
         for head_name, features in (("head", x), ("head_dist", distilled))
     ]
-    x = keras.layers.Average(name="head_average", dtype=head_dtype)(logits)
+    x = keras.layers.Average(name="head_average", dtype=head_dtype("head_average"))(logits)
     if activation is not None:
-        x = keras.layers.Activation(activation, name="predictions", dtype=head_dtype)(x)
+        x = keras.layers.Activation(
+            activation, name="predictions", dtype=head_dtype("predictions")
+        )(x)
     return x
+
+
+def _head_dtype_policy(name):
+    """The policy of the head's layer `name`: the variable dtype (float32 under mixed precision).
+
+    Its logits and probabilities then come out in float32, as Keras' mixed
+    precision guide asks of a model's last layer; where a `DTypePolicyMap`
+    names the layer (a quantized head), that entry.
+    """
+    policy = keras.config.dtype_policy()
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and name in policy:
+        return policy
+    return policy.variable_dtype

@@ -44,7 +44,7 @@ _NO_DECAY_LAYERS = (
 def no_weight_decay_variables(model):
     """The variables of a keras_vit model that weight decay must skip.
 
-    Biases (`bias`, `qkv_bias`, `out_bias`), LayerNorm (and a convolutional
+    Biases (every `bias`, attention's too), LayerNorm (and a convolutional
     stem's BatchNorm) scales and offsets, the position embeddings and the
     class, distillation and register tokens.
     """

@@ -29,7 +29,7 @@ def encoder_blocks(model):
     """The `encoderblock_*` layers of a ViT, in order, or a clear error.
 
     The blocks of the layout that every checkpoint is mapped to
-    (`encoderblock_3/attention/qkv_kernel`).
+    (`encoderblock_3/attention/qkv/kernel`).
     """
     blocks = [layer for layer in model.layers if layer.name.startswith("encoderblock_")]
     if not blocks:

@@ -20,7 +20,9 @@ import numpy as np
 # order it creates them; a layer that creates fewer stops early (a Dense without
 # bias). The first pattern that matches the whole name applies.
 _VARIABLES = (
-    ("attention", ("qkv_kernel", "out_kernel", "qkv_bias", "out_bias")),
+    # Attention's projections are its sublayers `qkv` and `out`; files of the
+    # earlier layout held their variables in the attention layer's own.
+    ("attention", ("qkv/kernel", "out/kernel", "qkv/bias", "out/bias")),
     (
         "map_head",
         (
@@ -128,7 +130,7 @@ def read_keras_weights(path):
 
     ```python
     tensors = read_keras_weights("run/model.keras")
-    tensors["encoderblock_0/attention/qkv_kernel"].shape  # (width, 3, heads, head width)
+    tensors["encoderblock_0/attention/qkv/kernel"].shape  # (width, 3, heads, head width)
     ```
     """
     import h5py

@@ -76,7 +76,7 @@ for recipe in ("pretrain", "paper_finetune"):  # AdamW and SGD
                     :max([i + 1 for i, s in enumerate(v.value.sharding.spec) if s] or [0])]
                 for v in list(model.variables) + list(model.optimizer.variables)
             }}
-            qkv = model.get_layer("encoderblock_0").attention.qkv_kernel.value
+            qkv = model.get_layer("encoderblock_0").attention.qkv.kernel.value
             result[kind]["qkv_shard_shape"] = list(qkv.addressable_shards[0].data.shape)
             result[kind]["devices"] = len(qkv.sharding.device_set)
 print(json.dumps(result))
@@ -100,9 +100,9 @@ def test_layout_map_shards_attention_and_mlp_kernels_and_replicates_the_rest():
     assert mesh.shape == (2, 2) and list(mesh.axis_names) == ["batch", "model"]
     layouts = layout_map(keras_vit.VisionTransformer(**TINY), mesh)
     expected = {
-        "attention/qkv_kernel": (None, None, "model", None),  # (D, 3, heads, head_dim)
-        "attention/qkv_bias": (None, "model", None),
-        "attention/out_kernel": ("model", None, None),  # (heads, head_dim, D)
+        "attention/qkv/kernel": (None, None, "model", None),  # (D, 3, heads, head_dim)
+        "attention/qkv/bias": (None, "model", None),
+        "attention/out/kernel": ("model", None, None),  # (heads, head_dim, D)
         "mlp_dense_1/kernel": (None, "model"),
         "mlp_dense_1/bias": ("model",),
         "mlp_dense_2/kernel": ("model", None),
@@ -122,7 +122,7 @@ def test_layout_map_shards_attention_and_mlp_kernels_and_replicates_the_rest():
         assert shape[split] in (TINY["num_heads"], TINY["mlp_dim"]), (path, shape)
     assert sharded == 6 * TINY["num_layers"]
     # A nested encoder's paths match too.
-    assert layouts["vit/encoderblock_3/attention/qkv_kernel"] is not None
+    assert layouts["vit/encoderblock_3/attention/qkv/kernel"] is not None
     assert len(SHARDED_LAYOUTS) == 6
 
 
@@ -184,9 +184,9 @@ def test_jax_data_and_model_parallel_steps_match_one_device():
     # Model parallel: heads and hidden units split over the model axis,
     # for the weights and the optimizer's slots alike.
     layouts = model["layouts"]
-    assert layouts["encoderblock_0/attention/qkv_kernel"] == [None, None, "model"]
-    assert layouts["encoderblock_0/attention/qkv_bias"] == [None, "model"]
-    assert layouts["encoderblock_1/attention/out_kernel"] == ["model"]
+    assert layouts["encoderblock_0/attention/qkv/kernel"] == [None, None, "model"]
+    assert layouts["encoderblock_0/attention/qkv/bias"] == [None, "model"]
+    assert layouts["encoderblock_1/attention/out/kernel"] == ["model"]
     assert layouts["encoderblock_0/mlp_dense_2/kernel"] == ["model"]
     assert layouts["encoderblock_0/mlp_dense_1/bias"] == ["model"]
     slots = [p for p in layouts if "encoderblock_0_attention_qkv_kernel" in p]

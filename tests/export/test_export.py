@@ -536,14 +536,17 @@ def test_an_export_that_loses_the_models_answers_is_kept_and_flagged(tmp_path, c
     # single activation scale for the tensor leaves the other channels nothing
     # (as real checkpoints' outlier channels do to naive int8; the rotated
     # residual stream of the int8 modes does not reach inside the MLP).
+    # In every block, its MLP scaled up to decide the answers.
     model = randomize_weights(keras_vit.VisionTransformer(**TINY, classifier_activation=None))
-    block = model.get_layer("encoderblock_0")
-    kernel, bias = block.mlp_dense_1.get_weights()
-    bias[0] = 1000.0
-    block.mlp_dense_1.set_weights([kernel, bias])
-    kernel, bias = block.mlp_dense_2.get_weights()
-    kernel[0] = 0.0
-    block.mlp_dense_2.set_weights([kernel, bias])
+    for index in range(TINY["num_layers"]):
+        block = model.get_layer(f"encoderblock_{index}")
+        kernel, bias = block.mlp_dense_1.get_weights()
+        bias[0] = 1000.0
+        block.mlp_dense_1.set_weights([kernel, bias])
+        kernel, bias = block.mlp_dense_2.get_weights()
+        kernel *= 10.0
+        kernel[0] = 0.0
+        block.mlp_dense_2.set_weights([kernel, bias])
     os.makedirs(tmp_path / "run")
     model.save(tmp_path / "run" / "model.keras")
     data = write_dataset(tmp_path / "data", per_class=8)

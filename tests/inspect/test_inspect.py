@@ -39,8 +39,8 @@ def test_attention_rows_sum_to_one_and_match_a_manual_computation(model):
     tokens = keras.ops.convert_to_numpy(vit_inspect.block_inputs_model(model)(images)[1])
     block = model.get_layer("encoderblock_1")
     x = layer_norm(tokens.astype("float64"), block.attention_norm)
-    kernel = keras.ops.convert_to_numpy(block.attention.qkv_kernel).astype("float64")
-    bias = keras.ops.convert_to_numpy(block.attention.qkv_bias).astype("float64")
+    kernel = keras.ops.convert_to_numpy(block.attention.qkv.kernel).astype("float64")
+    bias = keras.ops.convert_to_numpy(block.attention.qkv.bias).astype("float64")
     qkv = np.einsum("btd,dshe->bsthe", x, kernel) + bias.transpose(0, 1, 2)[None, :, None]
     query, key = qkv[:, 0], qkv[:, 1]
     logits = np.einsum("bqhe,bkhe->bhqk", query, key) / np.sqrt(kernel.shape[-1])
@@ -58,8 +58,8 @@ def test_the_model_is_untouched_by_inspection(model):
 
 def test_uniform_attention_gives_uniform_rollout_and_the_grid_mean_distance(model):
     for block in keras_vit.models.encoder_blocks(model):
-        block.attention.qkv_kernel.assign(np.zeros(block.attention.qkv_kernel.shape))
-        block.attention.qkv_bias.assign(np.zeros(block.attention.qkv_bias.shape))
+        block.attention.qkv.kernel.assign(np.zeros(block.attention.qkv.kernel.shape))
+        block.attention.qkv.bias.assign(np.zeros(block.attention.qkv.bias.shape))
     attention = vit_inspect.attention_maps(model, pixels())
     np.testing.assert_allclose(attention, 1 / 17, atol=1e-6)
     prefix, grid, patch = vit_inspect.token_layout(model)

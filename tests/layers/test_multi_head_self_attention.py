@@ -31,10 +31,10 @@ class MultiHeadSelfAttentionTest(testing.TestCase):
         w = reference.weights_by_path(layer)
         expected, probs = reference.self_attention(
             x.astype("float64"),
-            w["qkv_kernel"],
-            w["qkv_bias"],
-            w["out_kernel"],
-            w["out_bias"],
+            w["qkv/kernel"],
+            w["qkv/bias"],
+            w["out/kernel"],
+            w["out/bias"],
         )
         self.assertAllClose(ops.convert_to_numpy(outputs), expected, atol=1e-5)
         self.assertAllClose(ops.convert_to_numpy(scores), probs, atol=1e-6)
@@ -63,12 +63,12 @@ class MultiHeadSelfAttentionTest(testing.TestCase):
     def test_projections_are_drawn_independently_with_dense_fans(self):
         layer = MultiHeadSelfAttention(num_heads=4)
         layer.build((None, 5, 256))
-        qkv = ops.convert_to_numpy(layer.qkv_kernel)
+        qkv = ops.convert_to_numpy(layer.qkv.kernel)
         q, k, v = (qkv[:, i].reshape(256, 256) for i in range(3))
         self.assertFalse(np.allclose(q, k))
         self.assertFalse(np.allclose(k, v))
         # Xavier uniform of a (256, 256) matrix has variance 1 / 256.
-        for matrix in (q, k, v, ops.convert_to_numpy(layer.out_kernel)):
+        for matrix in (q, k, v, ops.convert_to_numpy(layer.out.kernel)):
             assert abs(float(np.std(matrix)) - 1 / 16) < 0.003
 
     def test_attention_dropout_only_in_training(self):

@@ -191,7 +191,7 @@ def test_weights_argument_loads_a_weights_file(tmp_path, images):
         ({"input_shape": (224, 224)}, r"input_shape=\(224, 224\)"),
         ({"input_shape": (224, 224, 0)}, r"input_shape=\(224, 224, 0\)"),
         ({"weights": "no/such/file.weights.h5"}, "no/such/file.weights.h5"),
-        ({"weights": "imagenet"}, "weights='imagenet'.*registered for ViT-B/16"),
+        ({"weights": "imagenet1k"}, "weights='imagenet1k'.*registered for ViT-B/16"),
         ({"pooling": "min"}, "pooling='min'"),
         ({"pooling": None}, "pooling=None"),
         ({"classes": 0}, "classes=0"),

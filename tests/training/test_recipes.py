@@ -58,7 +58,7 @@ def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token
     assert "register_tokens/tokens" in skipped
     assert "stem/batch_norm_0/gamma" in skipped and "stem/conv_0/kernel" not in skipped
     assert "encoder_norm/gamma" in skipped and "encoderblock_0/attention_norm/beta" in skipped
-    assert "encoderblock_1/attention/qkv_bias" in skipped and "head/bias" in skipped
+    assert "encoderblock_1/attention/qkv/bias" in skipped and "head/bias" in skipped
     assert "encoderblock_0/mlp_dense_1/kernel" not in skipped
     assert "patch_embedding/kernel" not in skipped and "head/kernel" not in skipped
     # With zero gradients Adam's step is zero: only the decay moves weights.

@@ -745,7 +745,7 @@ def test_a_builder_given_a_file_builds_its_size_and_head(classifier_reference):
         ),
         (
             {"num_heads": 8},
-            r"num_heads=4, not the num_heads=8 .*qkv_kernel' has shape "
+            r"num_heads=4, not the num_heads=8 .*qkv/kernel' has shape "
             r"\(32, 3, 4, 8\), the model's \(32, 3, 8, 4\)",
         ),
         ({"patch_size": 8}, r"patch_size=\(4, 4\), not the patch_size=\(8, 8\)"),

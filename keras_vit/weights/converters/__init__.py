@@ -1,7 +1,7 @@
 """Checkpoints of other origins in keras_vit's weight layout, one converter per source.
 
 Every source is converted to one canonical form: a dict from a keras_vit
-weight path (`"encoderblock_3/attention/qkv_kernel"`, as `weight.path` names
+weight path (`"encoderblock_3/attention/qkv/kernel"`, as `weight.path` names
 it) to a NumPy array of that weight's shape. Each source's module has
 `to_canonical(tensors, num_heads)`; what its files say of the model's
 function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:

@@ -24,8 +24,8 @@ def out_projection(prefix, param, value, num_heads):
     """The attention output Linear -> `(H, hd, D)` kernel / `(D,)` bias."""
     if param == "weight":
         kernel = linear(value).reshape(num_heads, -1, value.shape[0])
-        return {prefix + "attention/out_kernel": kernel}
-    return {prefix + "attention/out_bias": value}
+        return {prefix + "attention/out/kernel": kernel}
+    return {prefix + "attention/out/bias": value}
 
 
 def heads(kernel, num_heads):
@@ -40,7 +40,7 @@ def stack_qkv(out, qkv):
         if any(part is None for part in parts):
             continue  # reported as a missing weight
         if kind == "kernel":
-            out[f"encoderblock_{index}/attention/qkv_kernel"] = np.stack(parts, axis=1)
+            out[f"encoderblock_{index}/attention/qkv/kernel"] = np.stack(parts, axis=1)
         else:
-            out[f"encoderblock_{index}/attention/qkv_bias"] = np.stack(parts, axis=0)
+            out[f"encoderblock_{index}/attention/qkv/bias"] = np.stack(parts, axis=0)
     return out

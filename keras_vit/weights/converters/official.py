@@ -37,8 +37,8 @@ BLOCK_NAMES = {
     "MlpBlock_3/Dense_0/bias": "mlp_dense_1/bias",
     "MlpBlock_3/Dense_1/kernel": "mlp_dense_2/kernel",
     "MlpBlock_3/Dense_1/bias": "mlp_dense_2/bias",
-    "MultiHeadDotProductAttention_1/out/kernel": "attention/out_kernel",
-    "MultiHeadDotProductAttention_1/out/bias": "attention/out_bias",
+    "MultiHeadDotProductAttention_1/out/kernel": "attention/out/kernel",
+    "MultiHeadDotProductAttention_1/out/bias": "attention/out/bias",
 }
 
 
@@ -89,7 +89,7 @@ def to_official(model):
         prefix, rest = f"Transformer/encoderblock_{match[1]}/", match[2]
         if rest in block:
             out[prefix + block[rest]] = value
-        elif rest in ("attention/qkv_kernel", "attention/qkv_bias"):
+        elif rest in ("attention/qkv/kernel", "attention/qkv/bias"):
             kind = "kernel" if rest.endswith("kernel") else "bias"
             for i, projection in enumerate(("query", "key", "value")):
                 part = value[:, i] if kind == "kernel" else value[i]

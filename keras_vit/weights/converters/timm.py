@@ -41,9 +41,9 @@ def to_canonical(tensors, num_heads):
         if module == "attn.qkv":
             if param == "weight":
                 dim = value.shape[1]
-                out[prefix + "attention/qkv_kernel"] = linear(value).reshape(dim, 3, num_heads, -1)
+                out[prefix + "attention/qkv/kernel"] = linear(value).reshape(dim, 3, num_heads, -1)
             else:
-                out[prefix + "attention/qkv_bias"] = value.reshape(3, num_heads, -1)
+                out[prefix + "attention/qkv/bias"] = value.reshape(3, num_heads, -1)
         elif module == "attn.proj":
             out.update(out_projection(prefix, param, value, num_heads))
         elif module in ("ls1", "ls2"):
