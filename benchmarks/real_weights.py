@@ -75,6 +75,9 @@ EXPORTS = (
     "int8_weights",
     "int8_unrotated",
     "int8_full_unrotated",
+    "keras_int8",
+    "keras_float8",
+    "keras_int4",
 )
 GRID = CONFIG["image_size"] // CONFIG["patch_size"]  # 37x37 positions
 PREPROCESSOR = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
@@ -283,6 +286,21 @@ def with_int8_weights(model):
     return model
 
 
+def keras_latency_ms(model, image, runs=20):
+    """The median latency of `model.predict_on_batch` on one image, in milliseconds."""
+    import statistics
+    import time
+
+    for _ in range(3):
+        model.predict_on_batch(image)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        model.predict_on_batch(image)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
 def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     """Each export of `out/classifier.keras`, scored on the test images: one row per export.
 
@@ -292,6 +310,10 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     kernels (`with_int8_weights`), the agreement its weights leave any
     int8 export. `int8_unrotated` and `int8_full_unrotated` are those modes
     without the rotated residual stream (`tflite(..., rotate=False)`).
+    `keras_<mode>` is no file either: the Keras model after Keras' own
+    `model.quantize(mode)` (int8 weights and per-token int8 activations,
+    float8, int4 weights), its latency `predict_on_batch`'s beside the
+    float model's.
     """
     import keras
     import numpy as np
@@ -305,7 +327,26 @@ def exports(out, image_size=112, test=1000, calibration=256, modes=None):
     logits = classifier.predict(test_images, batch_size=64, verbose=0)
     keras_accuracy = float(np.mean(logits.argmax(-1) == test_labels))
     rows = [{"export": "keras", "accuracy": keras_accuracy, "test_images": len(test_labels)}]
+    if any(mode.startswith("keras_") for mode in modes):
+        rows[0]["latency_ms"] = round(keras_latency_ms(classifier, test_images[:1]), 1)
+    print(json.dumps(rows[0]), flush=True)
     for mode in modes:
+        if mode.startswith("keras_"):
+            quantized = keras.saving.load_model(os.path.join(out, "classifier.keras"))
+            quantized.quantize(mode.removeprefix("keras_"))
+            outputs = quantized.predict(test_images, batch_size=64, verbose=0)
+            classes = outputs.argmax(-1)
+            rows.append(
+                {
+                    "export": f"keras, model.quantize({mode.removeprefix('keras_')!r})",
+                    "accuracy": float(np.mean(classes == test_labels)),
+                    "top1_agreement": float(np.mean(classes == logits.argmax(-1))),
+                    "max_abs_error": float(np.abs(outputs - logits).max()),
+                    "latency_ms": round(keras_latency_ms(quantized, test_images[:1]), 1),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+            continue
         if mode == "int8_weights":
             rounded = with_int8_weights(
                 keras.saving.load_model(os.path.join(out, "classifier.keras"))

@@ -8,6 +8,8 @@ training run. `tests/test_private_api.py` keeps every other module off
 private names.
 """
 
+import contextlib
+
 import keras
 
 
@@ -230,6 +232,24 @@ def without_keras_remat(operations):
     for operation in operations:
         _private(operation, "_remat_mode", "an operation's RematScope")
         operation._remat_mode = None
+
+
+# --- Layers: variables added to a built layer ------------------------------
+
+# A built layer refuses new variables; Keras' own `enable_lora` unlocks its
+# tracker to add the adapters (keras/src/layers/core/einsum_dense.py), which
+# `layers.Projection`'s LoRA on slices of the fused q/k/v kernel does too.
+
+
+@contextlib.contextmanager
+def state_unlocked(layer):
+    """Lets a built `layer` add variables inside the block, as Keras' `enable_lora` does."""
+    tracker = _private(layer, "_tracker", "a layer's variable tracker")
+    tracker.unlock()
+    try:
+        yield
+    finally:
+        tracker.lock()
 
 
 # --- Distribution: building before a multi-worker fit -----------------------

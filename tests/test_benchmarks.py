@@ -289,6 +289,19 @@ def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
     assert all(0 <= row["top1_agreement"] <= 1 for row in rows)
 
 
+def test_exports_scores_keras_own_quantization_beside_the_float_model(tmp_path):
+    import keras_vit
+
+    model = keras_vit.VisionTransformer(**{**ONE_BLOCK, "input_shape": (28, 28, 3)})
+    randomize_weights(model).save(tmp_path / "classifier.keras")
+    rows = load_benchmark("real_weights").exports(
+        str(tmp_path), image_size=28, test=16, calibration=16, modes=["keras_int8"]
+    )
+    assert [row["export"] for row in rows] == ["keras", "keras, model.quantize('int8')"]
+    assert rows[0]["latency_ms"] > 0 and rows[1]["latency_ms"] > 0
+    assert 0 < rows[1]["max_abs_error"] and 0 <= rows[1]["top1_agreement"] <= 1
+
+
 @pytest.mark.backend_independent  # the benchmark's own code: children, JSON, medians
 @pytest.mark.slow
 def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path):

@@ -14,6 +14,20 @@ import keras
 from keras_vit import _options
 
 
+def exported_model(model):
+    """The model every export writes: LoRA adapters merged, channels-last images in.
+
+    A LoRA model's export is its merged model's (`models.merge_lora`): the
+    same function without the adapters' matmuls, and kernels that the
+    int8 modes' rotation and quantizers see whole.
+    """
+    from keras_vit.models import lora
+
+    if lora.lora_settings(model) is not None:
+        model = lora.merge_lora(model)
+    return channels_last_input(model)
+
+
 def channels_last_input(model):
     """`model`, or for a channels-first ViT a model of it that takes channels-last images.
 

@@ -334,7 +334,7 @@ def tflite(
     keras_vit.export.tflite(model, "vit.tflite", quantization="dynamic")
     ```
     """
-    model = graph.channels_last_input(model)
+    model = graph.exported_model(model)
     quantization = _check_quantization(quantization)
     image_shape, class_names = _checked(model, path, overwrite, image_size, class_names, rotate)
     path = os.fspath(path)
@@ -493,7 +493,7 @@ def check_tflite(path, model, images, num_threads=None, latency_runs=50, verbose
         `num_threads` threads) and `xnnpack_partitions`
         (`delegate_partitions`).
     """
-    model = graph.channels_last_input(model)
+    model = graph.exported_model(model)
     import keras
 
     images = np.asarray(images, "float32")

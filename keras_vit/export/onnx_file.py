@@ -52,7 +52,7 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
     report = keras_vit.export.check_onnx("vit.onnx", model, images)
     ```
     """
-    model = graph.channels_last_input(model)
+    model = graph.exported_model(model)
     path = os.fspath(path)
     if not path.endswith(".onnx"):
         raise ValueError(f"`path` must end in '.onnx'. Received: path={path!r}")
@@ -172,7 +172,7 @@ def check_onnx(path, model, images, num_threads=None, latency_runs=50, verbose=0
         threads), `input` (name and shape as ONNX Runtime sees them) and
         `keras_imported` (False).
     """
-    model = graph.channels_last_input(model)
+    model = graph.exported_model(model)
     images = np.asarray(images, "float32")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_only.py")
     with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_check_") as directory:

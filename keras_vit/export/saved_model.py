@@ -279,7 +279,7 @@ def saved_model(
     classes = model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
     if not isinstance(model, keras.Model) or classes is None:
         raise TypeError(f"`model` must be a built Keras model. Received: model={model!r}")
-    model = graph.channels_last_input(model)
+    model = graph.exported_model(model)
     graph.input_spec(model, image_size=image_size, any_size=True)
     served = dict(
         class_names=_check_class_names(class_names, classes),
@@ -404,7 +404,7 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
         (the requests the server refused, with its message) and
         `keras_vit_imported` (False: the server needs only TensorFlow).
     """
-    model = graph.channels_last_input(model)
+    model = graph.exported_model(model)
     import base64
     import subprocess
     import sys

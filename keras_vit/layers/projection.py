@@ -59,9 +59,83 @@ class Projection(keras.layers.EinsumDense):
             outputs = outputs + ops.reshape(self.bias, (-1,))
         return ops.reshape(outputs, (-1, *self.partial_output_shape))
 
+    # LoRA on chosen slots of the kernel's axis 1 (`enable_lora(..., slots=)`).
+    lora_slots = None
+
+    @property
+    def kernel(self):
+        if self.lora_slots is None:
+            return super().kernel
+        # Each slot's own low-rank update, `(alpha / rank) * A @ B` with A
+        # `(D, rank)` and B `(rank, heads * head_dim)`; zeros in the others.
+        a, b = self.lora_kernel_a, self.lora_kernel_b
+        updates = (self.lora_alpha / self.lora_rank) * ops.matmul(a, b)
+        base = self._kernel
+        zeros = ops.zeros(updates.shape[1:], dtype=updates.dtype)
+        columns = [
+            updates[self.lora_slots.index(slot)] if slot in self.lora_slots else zeros
+            for slot in range(base.shape[1])
+        ]
+        update = ops.reshape(ops.stack(columns, axis=1), base.shape)
+        return ops.cast(ops.add(base, update), self.compute_dtype)
+
+    def enable_lora(
+        self, rank, lora_alpha=None, a_initializer="he_uniform", b_initializer="zeros", slots=None
+    ):
+        """Keras' LoRA on the whole kernel; with `slots`, LoRA on those slots of axis 1 only.
+
+        For the fused q/k/v kernel `(D, 3, heads, head_dim)`, `slots=(0, 2)`
+        adapts the query and the value, each with its own `(D, rank)` and
+        `(rank, heads * head_dim)` factors: LoRA as on separate query and
+        value projections. (Keras' own LoRA of this kernel would factor
+        each slot and head apart.) The kernel is frozen; the merged kernel
+        is what `kernel` returns and what a saved file holds.
+        """
+        if slots is None:
+            return super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
+        shape = tuple(self._kernel.shape)
+        slots = tuple(slots)
+        if len(shape) < 3 or not slots or not set(slots) <= set(range(shape[1])):
+            raise ValueError(
+                f"`slots` must name slots of axis 1 of the kernel {shape}. "
+                f"Received: slots={slots!r}"
+            )
+        if self.lora_enabled or self.quantization_mode is not None:
+            raise ValueError(
+                f"LoRA needs a float layer without LoRA; {self.name!r} has "
+                f"{'LoRA' if self.lora_enabled else self.quantization_mode!r} already."
+            )
+        outputs = math.prod(shape[2:])
+        from keras_vit import _compat
+
+        with _compat.state_unlocked(self):
+            self.lora_kernel_a = self.add_weight(
+                name="lora_kernel_a",
+                shape=(len(slots), shape[0], rank),
+                initializer=keras.initializers.get(a_initializer),
+                dtype="float32",
+            )
+            self.lora_kernel_b = self.add_weight(
+                name="lora_kernel_b",
+                shape=(len(slots), rank, outputs),
+                initializer=keras.initializers.get(b_initializer),
+                dtype="float32",
+            )
+        self._kernel.trainable = False
+        self.lora_enabled = True
+        self.lora_rank = rank
+        self.lora_alpha = lora_alpha if lora_alpha is not None else rank
+        self.lora_slots = slots
+
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras' EinsumDense refuses to quantize subclasses, whose `call` it
         # cannot vouch for; quantized, this one runs EinsumDense's own calls.
+        if self.lora_slots is not None:
+            raise ValueError(
+                f"Layer {self.name!r} has LoRA on slots {self.lora_slots} of its kernel, which "
+                "Keras' quantized calls do not compute: quantize the merged model "
+                "(`keras_vit.models.merge_lora`)."
+            )
         super().quantize(mode, type_check=False, config=config)
 
     def assign_loaded(self, kernel, bias=None):

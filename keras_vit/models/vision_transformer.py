@@ -11,6 +11,7 @@ import numpy as np
 from keras_vit import _compat
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import _pair
+from keras_vit.models import lora
 from keras_vit.models.image_input import (
     DEFAULT_INPUT_SHAPE,
     channels_last,
@@ -313,6 +314,18 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
             self.compute_output_spec(keras.KerasTensor((None, *shape[1:])))
             self._sizes_checked = self._sizes_checked | {shape[1:]}
 
+    def enable_lora(self, rank, target=lora.DEFAULT_TARGETS, alpha=None):
+        """LoRA adapters on every block's `target` projections (see `models.lora.enable_lora`)."""
+        return lora.enable_lora(self, rank, target=target, alpha=alpha)
+
+    def save_lora_weights(self, path):
+        """Writes the adapters and the head to a `.lora.h5` file (`models.lora`)."""
+        lora.save_lora_weights(self, path)
+
+    def load_lora_weights(self, path):
+        """Reads a `save_lora_weights` file into this model's LoRA (`models.lora`)."""
+        lora.load_lora_weights(self, path)
+
     def get_config(self):
         if self._grafted or _changed_in_place(self):
             # Its graph is no longer what the arguments build (layers before
@@ -441,9 +454,13 @@ def _dtype_policy_config(model):
 
 
 def _changed_in_place(model):
-    """Whether a model's layers were changed after it was built (LoRA, frozen layers)."""
-    if any("lora_kernel" in variable.path for variable in model.weights):
-        return True
+    """Whether a model's layers were frozen after it was built.
+
+    Not by LoRA: a LoRA model's file holds the merged kernels, the model
+    its arguments build.
+    """
+    if lora.lora_settings(model) is not None:
+        return False
     return model.trainable and any(not layer.trainable for layer in model.layers)
 
 

@@ -1,0 +1,240 @@
+"""LoRA (Hu et al., 2021) on a keras_vit model: low-rank adapters on its blocks' projections.
+
+`enable_lora(model, rank)` freezes the encoder and adds trainable
+low-rank updates `(alpha / rank) * A @ B` to the chosen projections of every
+block (keras-hub's defaults: the query and the value); the head stays
+trainable. The query, key and value are slices of one fused kernel, each
+adapted on its own (`layers.Projection`); the attention output and the MLP's
+layers use Keras' own `enable_lora`. A saved `.keras` file holds the merged
+model (Keras' LoRA saves merged kernels); `save_lora_weights` writes the
+adapters and the head alone, a small file that `load_lora_weights` reads
+into a model with the same LoRA.
+"""
+
+import json
+
+import keras
+import numpy as np
+
+from keras_vit import _compat
+from keras_vit.layers.transformer_block import TransformerBlock
+
+# A target's layer in a block, and the slot of the fused q/k/v kernel.
+TARGETS = {
+    "query": ("qkv", 0),
+    "key": ("qkv", 1),
+    "value": ("qkv", 2),
+    "out": ("out", None),
+    "mlp_dense_1": ("mlp_dense_1", None),
+    "mlp_dense_2": ("mlp_dense_2", None),
+}
+DEFAULT_TARGETS = ("query", "value")
+# Layers a LoRA fine-tune trains beside the adapters: the classifier.
+TRAINED_LAYERS = ("head", "head_dist")
+LORA_FILE_FORMAT = "keras_vit.lora/1"
+
+
+def _blocks(model):
+    return [layer for layer in _compat.all_layers(model) if isinstance(layer, TransformerBlock)]
+
+
+def _target_layer(block, name):
+    layer_name, _ = TARGETS[name]
+    owner = block.attention if layer_name in ("qkv", "out") else block
+    return getattr(owner, layer_name)
+
+
+def lora_settings(model):
+    """`{"rank", "alpha", "target"}` of a LoRA-enabled model, as read from its layers; or `None`."""
+    blocks = _blocks(model)
+    if not blocks:
+        return None
+    target = [name for name in TARGETS if _has_lora(blocks[0], name)]
+    if not target:
+        return None
+    layer = _target_layer(blocks[0], target[0])
+    return {"rank": layer.lora_rank, "alpha": layer.lora_alpha, "target": target}
+
+
+def _has_lora(block, name):
+    layer = _target_layer(block, name)
+    slot = TARGETS[name][1]
+    if slot is None:
+        return bool(getattr(layer, "lora_enabled", False))
+    return slot in (getattr(layer, "lora_slots", None) or ())
+
+
+def _check(model, rank, target, alpha):
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"`rank` must be a positive int. Received: rank={rank!r}")
+    if isinstance(target, str):
+        target = (target,)
+    target = tuple(target)
+    unknown = [name for name in target if name not in TARGETS]
+    if unknown or not target:
+        raise ValueError(
+            f"`target` must name projections among {', '.join(TARGETS)}. "
+            f"Received: target={target!r}"
+        )
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))):
+        raise TypeError(f"`alpha` must be a number or None. Received: alpha={alpha!r}")
+    blocks = _blocks(model)
+    if not blocks:
+        raise ValueError(f"Model {model.name!r} has no keras_vit Transformer blocks to adapt.")
+    if lora_settings(model) is not None:
+        raise ValueError(
+            f"Model {model.name!r} has LoRA already (rank {lora_settings(model)['rank']}): "
+            "enable it once, on the model as built or loaded."
+        )
+    quantized = [layer.path for layer in _compat.all_layers(model) if layer.quantization_mode]
+    if quantized:
+        raise ValueError(
+            f"Model {model.name!r} is quantized ({quantized[0]}, ...): enable LoRA on the "
+            "float model."
+        )
+    for name in target:
+        shape = tuple(_target_layer(blocks[0], name).kernel.shape)
+        sliced = TARGETS[name][1] is not None
+        smallest = min(shape[0], int(np.prod(shape[2:] if sliced else shape[1:])))
+        if rank > smallest:
+            raise ValueError(
+                f"`rank` must be at most the {name} projection's smaller side, {smallest}. "
+                f"Received: rank={rank}"
+            )
+    return target, blocks
+
+
+def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
+    """Adds LoRA adapters of `rank` to `target` projections of every block; freezes the rest.
+
+    Args:
+        model: a keras_vit model (a `VisionTransformer`, or a model holding
+            its blocks).
+        rank: int, the adapters' rank.
+        target: names among `"query"`, `"key"`, `"value"` (slices of the
+            fused q/k/v projection), `"out"` (attention's output
+            projection), `"mlp_dense_1"`, `"mlp_dense_2"`. Defaults to the
+            query and the value, as keras-hub and the LoRA paper.
+        alpha: the update's scale numerator, `alpha / rank`; defaults to
+            `rank` (a scale of 1), as Keras.
+
+    Returns:
+        `model`, whose trainable weights are now the adapters, the target
+        layers' biases and the head.
+
+    Raises:
+        ValueError: a rank below 1 or above a target's width, an unknown
+            target, a model with LoRA already, a quantized model; before
+            any weight is touched.
+
+    Example:
+
+    ```python
+    model = keras_vit.ViTB16(weights="augreg-imagenet21k", classes=10)
+    model.enable_lora(8)  # query and value of every block
+    model.fit(...)
+    model.save_lora_weights("vit.lora.h5")
+    ```
+    """
+    target, blocks = _check(model, rank, target, alpha)
+    for layer in model.layers:
+        if layer.name not in TRAINED_LAYERS:
+            layer.trainable = False
+    for block in blocks:
+        slots = [TARGETS[name][1] for name in target if TARGETS[name][1] is not None]
+        if slots:
+            block.attention.qkv.trainable = True
+            block.attention.qkv.enable_lora(rank, lora_alpha=alpha, slots=sorted(slots))
+        for name in target:
+            if TARGETS[name][1] is None:
+                layer = _target_layer(block, name)
+                layer.trainable = True
+                layer.enable_lora(rank, lora_alpha=alpha)
+    return model
+
+
+def merged_weights(model):
+    """`{weight path: array}` of `model` with every adapter merged into its kernel."""
+    weights = {
+        variable.path: keras.ops.convert_to_numpy(variable)
+        for variable in model.weights
+        if "lora_kernel" not in variable.path
+    }
+    for layer in _compat.all_layers(model):
+        if getattr(layer, "lora_enabled", False):
+            weights[f"{layer.path}/kernel"] = keras.ops.convert_to_numpy(layer.kernel)
+    return weights
+
+
+def merge_lora(model):
+    """A plain copy of a LoRA model, its adapters merged into the kernels (for export).
+
+    Example:
+
+    ```python
+    keras_vit.export.tflite(keras_vit.models.merge_lora(model), "vit.tflite")
+    ```
+    """
+    merged = model.__class__.from_config(model.get_config())
+    weights = merged_weights(model)
+    for variable in merged.weights:
+        variable.assign(weights[variable.path])
+    return merged
+
+
+def _trained(model):
+    return {variable.path: variable for variable in model.trainable_weights}
+
+
+def save_lora_weights(model, path):
+    """Writes the adapters, the adapted layers' biases and the head: a small `.lora.h5` file."""
+    import h5py
+
+    settings = lora_settings(model)
+    if settings is None:
+        raise ValueError(f"Model {model.name!r} has no LoRA: call enable_lora first.")
+    path = str(path)
+    if not path.endswith(".lora.h5"):
+        raise ValueError(f"`path` must end with '.lora.h5'. Received: path={path!r}")
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = LORA_FILE_FORMAT
+        f.attrs["settings"] = json.dumps(settings)
+        for weight_path, variable in _trained(model).items():
+            f[weight_path] = keras.ops.convert_to_numpy(variable)
+
+
+def load_lora_weights(model, path):
+    """Reads a `save_lora_weights` file into a model with the same LoRA (rank, target, shapes)."""
+    import h5py
+
+    settings = lora_settings(model)
+    if settings is None:
+        raise ValueError(f"Model {model.name!r} has no LoRA: call enable_lora first.")
+    trained = _trained(model)
+    with h5py.File(str(path), "r") as f:
+        if f.attrs.get("format") != LORA_FILE_FORMAT:
+            raise ValueError(f"{path} is not a keras_vit LoRA file (no {LORA_FILE_FORMAT!r}).")
+        saved = json.loads(f.attrs["settings"])
+        if saved != settings:
+            raise ValueError(f"{path} holds LoRA {saved}; the model has LoRA {settings}.")
+        values = {}
+        f.visititems(
+            lambda name, item: (
+                values.__setitem__(name, np.asarray(item))
+                if isinstance(item, h5py.Dataset)
+                else None
+            )
+        )
+    if sorted(values) != sorted(trained) or any(
+        values[p].shape != tuple(trained[p].shape) for p in trained
+    ):
+        different = sorted(
+            set(values) ^ set(trained)
+            or {p for p in trained if values[p].shape != tuple(trained[p].shape)}
+        )
+        raise ValueError(
+            f"{path} holds the LoRA weights of another architecture: {different[0]} differs "
+            "(missing, extra, or another shape)."
+        )
+    for weight_path, variable in trained.items():
+        variable.assign(values[weight_path])

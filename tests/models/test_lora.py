@@ -1,0 +1,185 @@
+"""LoRA on a keras_vit model: adapters on the blocks' projections, saved alone or merged."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.models import lora
+from tests.conftest import TINY, randomize_weights
+
+LOGITS = {**TINY, "classifier_activation": None}
+
+
+def numpy(tensor):
+    return keras.ops.convert_to_numpy(tensor)
+
+
+def images_and_labels():
+    rng = np.random.default_rng(0)
+    return rng.uniform(0, 255, (8, 16, 16, 3)).astype("float32"), np.arange(8) % TINY["classes"]
+
+
+def model_with_weights(seed=0):
+    return randomize_weights(keras_vit.VisionTransformer(**LOGITS), seed=seed, scale=0.1)
+
+
+def fit(model, epochs=3):
+    images, labels = images_and_labels()
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(images, labels, batch_size=4, epochs=epochs, shuffle=False, verbose=0)
+
+
+def qkv_kernel(model, block=0):
+    return numpy(model.get_layer(f"encoderblock_{block}").attention.qkv.kernel)
+
+
+def test_query_and_value_adapters_train_and_nothing_else_of_the_encoder_moves():
+    model = model_with_weights()
+    images, _ = images_and_labels()
+    before = numpy(model(images))
+    frozen = {v.path: numpy(v) for v in model.weights}
+    model.enable_lora(4)
+    # B starts at zero: the model computes what it did.
+    np.testing.assert_array_equal(numpy(model(images)), before)
+    trained = sorted(variable.path for variable in model.trainable_weights)
+    per_block = ["attention/qkv/bias", "attention/qkv/lora_kernel_a", "attention/qkv/lora_kernel_b"]
+    assert trained == sorted(
+        [f"encoderblock_{b}/{name}" for b in range(TINY["num_layers"]) for name in per_block]
+        + ["head/bias", "head/kernel"]
+    )
+    width = TINY["hidden_dim"]
+    qkv = model.get_layer("encoderblock_0").attention.qkv
+    assert tuple(qkv.lora_kernel_a.shape) == (2, width, 4)  # query, value: (D, rank) each
+    assert tuple(qkv.lora_kernel_b.shape) == (2, 4, width)  # (rank, heads * head_dim)
+    original_qkv = qkv_kernel(model)
+    fit(model)
+    assert np.abs(numpy(model(images)) - before).max() > 1e-3
+    for variable in model.weights:  # the frozen weights themselves never move
+        if variable.path in frozen and variable.path not in trained:
+            np.testing.assert_array_equal(numpy(variable), frozen[variable.path])
+    merged = qkv_kernel(model)
+    np.testing.assert_array_equal(merged[:, 1], original_qkv[:, 1])  # the key: untouched
+    for slot in (0, 2):
+        update = merged[:, slot] - original_qkv[:, slot]
+        assert np.abs(update).max() > 1e-4
+        assert np.linalg.matrix_rank(update.reshape(width, -1)) <= 4  # low rank
+
+
+def test_every_target_and_the_parameters_a_lora_fine_tune_trains():
+    model = model_with_weights()
+    total = sum(int(np.prod(v.shape)) for v in model.weights)
+    model.enable_lora(2, target=lora.TARGETS, alpha=4)
+    assert lora.lora_settings(model) == {"rank": 2, "alpha": 4, "target": list(lora.TARGETS)}
+    block = model.get_layer("encoderblock_1")
+    for layer in (block.attention.out, block.mlp_dense_1, block.mlp_dense_2):
+        assert layer.lora_enabled and layer.lora_rank == 2  # Keras' own LoRA
+    assert block.attention.qkv.lora_slots == (0, 1, 2)
+    trained = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+    assert trained < 0.25 * total  # a tiny model: the biases and the head weigh
+    fit(model, epochs=1)
+
+
+def test_a_lora_model_saves_merged_and_its_adapters_alone(tmp_path):
+    model = model_with_weights()
+    model.enable_lora(4, target=("query", "value", "mlp_dense_2"))
+    fit(model)
+    images, _ = images_and_labels()
+    expected = numpy(model(images))
+    # The .keras file is the merged model, a VisionTransformer as built.
+    model.save(tmp_path / "tuned.keras")
+    loaded = keras.saving.load_model(tmp_path / "tuned.keras")
+    assert isinstance(loaded, keras_vit.VisionTransformer)
+    assert lora.lora_settings(loaded) is None
+    np.testing.assert_allclose(numpy(loaded(images)), expected, atol=1e-5)
+    merged = keras_vit.models.merge_lora(model)
+    assert not any("lora" in variable.path for variable in merged.weights)
+    np.testing.assert_allclose(numpy(merged(images)), expected, atol=1e-5)
+    # The adapters and the head alone, read into the same base with the same LoRA.
+    path = str(tmp_path / "tuned.lora.h5")
+    model.save_lora_weights(path)
+    assert os.path.getsize(path) < 0.5 * os.path.getsize(tmp_path / "tuned.keras")
+    again = model_with_weights()
+    again.enable_lora(4, target=("query", "value", "mlp_dense_2"))
+    again.load_lora_weights(path)
+    np.testing.assert_array_equal(numpy(again(images)), expected)
+
+
+def test_lora_files_for_another_model_are_refused_before_any_weight_moves(tmp_path):
+    model = model_with_weights()
+    model.enable_lora(4)
+    path = str(tmp_path / "a.lora.h5")
+    model.save_lora_weights(path)
+    other_rank = model_with_weights()
+    other_rank.enable_lora(2)
+    with pytest.raises(ValueError, match="holds LoRA .*'rank': 4.*the model has LoRA .*'rank': 2"):
+        other_rank.load_lora_weights(path)
+    wider = keras_vit.VisionTransformer(**{**LOGITS, "hidden_dim": 64, "mlp_dim": 128})
+    wider.enable_lora(4)
+    before = [numpy(v) for v in wider.weights]
+    with pytest.raises(ValueError, match="LoRA weights of another architecture"):
+        wider.load_lora_weights(path)
+    for value, variable in zip(before, wider.weights):
+        np.testing.assert_array_equal(numpy(variable), value)
+    with pytest.raises(ValueError, match="path='a.lora.npz'"):
+        model.save_lora_weights("a.lora.npz")
+    with pytest.raises(ValueError, match="has no LoRA"):
+        model_with_weights().save_lora_weights(path)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (dict(rank=0), "rank=0"),
+        (dict(rank=2.0), "rank=2.0"),
+        (dict(rank=33), "at most the query projection's smaller side, 32.*rank=33"),
+        (dict(rank=4, target=("query", "attention")), "target=\\('query', 'attention'\\)"),
+        (dict(rank=4, target=()), "target=\\(\\)"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_changes(arguments, message):
+    model = model_with_weights()
+    with pytest.raises(ValueError, match=message):
+        model.enable_lora(**arguments)
+    assert lora.lora_settings(model) is None
+    assert len(model.trainable_weights) == len(model.weights)
+
+
+def test_lora_twice_or_on_a_quantized_model_is_refused_and_a_lora_model_does_not_quantize():
+    model = model_with_weights()
+    model.enable_lora(4)
+    with pytest.raises(ValueError, match="has LoRA already \\(rank 4\\)"):
+        model.enable_lora(4)
+    with pytest.raises(ValueError, match="merge_lora"):
+        model.quantize("int8")
+    quantized = model_with_weights()
+    quantized.quantize("int8")
+    with pytest.raises(ValueError, match="is quantized .*enable LoRA on the float model"):
+        quantized.enable_lora(4)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the TensorFlow graph's export")
+def test_every_export_of_a_lora_model_is_its_merged_models(tmp_path):
+    model = model_with_weights()
+    model.enable_lora(4)
+    fit(model, epochs=2)
+    images, _ = images_and_labels()
+    merged = keras_vit.models.merge_lora(model)
+    path = tmp_path / "tuned.tflite"
+    keras_vit.export.tflite(model, path)
+    assert keras_vit.export.check_tflite(path, merged, images)["max_abs_error"] < 1e-4
+    # The int8 modes rotate the residual stream of the model's weights: the
+    # merged ones (adapters are outside the layout the rotation rewrites).
+    tables = []
+    for source, name in ((model, "tuned_int8.tflite"), (merged, "merged_int8.tflite")):
+        written = keras_vit.export.tflite(
+            source, tmp_path / name, quantization="int8", representative_data=images
+        )
+        assert written["rotated"] is True, name
+        tables.append(keras_vit.export.check_tflite(tmp_path / name, merged, images))
+    assert tables[0]["max_abs_error"] == tables[1]["max_abs_error"]
