@@ -28,6 +28,8 @@ import os
 import tempfile
 import time
 
+from harness import keras_latency_ms
+
 MODES = ("keras", "onnx", "none", "float16", "dynamic", "int8", "int8_full")
 TINY = dict(patch_size=8, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64)
 
@@ -71,21 +73,6 @@ def images_for(model, count):
     return prepare(train[:128]), prepare(test[:count])
 
 
-def keras_latency_ms(model, image, runs):
-    """Median milliseconds of Keras' compiled predict on one image."""
-    import numpy as np
-
-    batch = np.asarray(image, "float32")[None]
-    for _ in range(3):
-        model.predict_on_batch(batch)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        np.asarray(model.predict_on_batch(batch))
-        times.append((time.perf_counter() - start) * 1000)
-    return float(np.median(times))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["Ti/16", "S/16"])
@@ -112,7 +99,9 @@ def main(argv=None):
                             {
                                 "model": name,
                                 "mode": "keras",
-                                "latency_ms": round(keras_latency_ms(model, test[0], args.runs), 2),
+                                "latency_ms": round(
+                                    keras_latency_ms(model, test[:1], args.runs), 2
+                                ),
                                 "backend": keras.backend.backend(),
                             }
                         ),

@@ -33,6 +33,17 @@ def timed(step, steps, warmup=2):
     return times[len(times) // 2]
 
 
+def keras_latency_ms(model, batch, runs=20, warmup=3):
+    """Median milliseconds of Keras' compiled `predict_on_batch` on `batch` (one image: latency).
+
+    The outputs are read back to NumPy inside the timing, so an asynchronous
+    backend's call is timed to its result.
+    """
+    import numpy as np
+
+    return timed(lambda: np.asarray(model.predict_on_batch(batch)), runs, warmup) * 1000
+
+
 def pipelined(step, steps, finish, warmup=3):
     """Seconds per `step()` when steps queue up on the GPU; `finish()` waits for them."""
     for _ in range(warmup):

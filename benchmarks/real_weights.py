@@ -41,7 +41,7 @@ import json
 import os
 import re
 
-from harness import print_gemm_rate
+from harness import keras_latency_ms, print_gemm_rate
 
 # DINOv2 ViT-S/14 (facebook/dinov2-small): the architecture of the file.
 CONFIG = {
@@ -284,21 +284,6 @@ def with_int8_weights(model):
         scale = np.maximum(np.abs(columns).max(axis=0, keepdims=True), 1e-30) / 127
         variable.assign((np.round(columns / scale) * scale).reshape(kernel.shape))
     return model
-
-
-def keras_latency_ms(model, image, runs=20):
-    """The median latency of `model.predict_on_batch` on one image, in milliseconds."""
-    import statistics
-    import time
-
-    for _ in range(3):
-        model.predict_on_batch(image)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        model.predict_on_batch(image)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def exports(out, image_size=112, test=1000, calibration=256, modes=None):

@@ -25,20 +25,8 @@ def native_stderr_captured():
     >>> with native_stderr_captured():
     ...     _ = os.write(2, b"a native library's log line")
     """
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    with _fd2_to_a_file():
+        yield
 
 
 @contextlib.contextmanager
@@ -52,31 +40,43 @@ def native_stderr_kept_out():
     first, so it still shows. What native code wrote is shown if the block
     fails with anything but a command's own exit (`SystemExit`).
     """
-    sys.stderr.flush()
-    saved = os.dup(2)
     python_stderr = sys.stderr
     try:
         python_fd = python_stderr.fileno()
     except (AttributeError, OSError, ValueError):  # (a test's capture: not fd 2)
         python_fd = None
-    moved = None
-    if python_fd == 2:
-        moved = os.fdopen(os.dup(saved), "w", buffering=1, errors="backslashreplace")
+    with _fd2_to_a_file(kept_from=SystemExit) as terminal:
+        if python_fd != 2:
+            yield
+            return
+        moved = os.fdopen(os.dup(terminal), "w", buffering=1, errors="backslashreplace")
         sys.stderr = moved
+        try:
+            yield
+        finally:
+            sys.stderr = python_stderr
+            moved.close()
+
+
+@contextlib.contextmanager
+def _fd2_to_a_file(kept_from=()):
+    """Points fd 2 at a temporary file in the block; yields a copy of the original fd 2.
+
+    What was written is shown on the original standard error if the block
+    raises anything but a `kept_from` exception.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            yield
-        except SystemExit:
-            raise
-        except BaseException:
+            yield saved
+        except BaseException as error:
             os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
+            if not isinstance(error, kept_from):
+                captured.seek(0)
+                sys.stderr.write(captured.read().decode(errors="replace"))
             raise
         finally:
             os.dup2(saved, 2)
             os.close(saved)
-            if moved is not None:
-                sys.stderr = python_stderr
-                moved.close()

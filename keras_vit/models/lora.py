@@ -140,16 +140,16 @@ def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
     for layer in model.layers:
         if layer.name not in TRAINED_LAYERS:
             layer.trainable = False
+    slots = sorted(TARGETS[name][1] for name in target if TARGETS[name][1] is not None)
+    whole = [name for name in target if TARGETS[name][1] is None]
     for block in blocks:
-        slots = [TARGETS[name][1] for name in target if TARGETS[name][1] is not None]
         if slots:
             block.attention.qkv.trainable = True
-            block.attention.qkv.enable_lora(rank, lora_alpha=alpha, slots=sorted(slots))
-        for name in target:
-            if TARGETS[name][1] is None:
-                layer = _target_layer(block, name)
-                layer.trainable = True
-                layer.enable_lora(rank, lora_alpha=alpha)
+            block.attention.qkv.enable_lora(rank, lora_alpha=alpha, slots=slots)
+        for name in whole:
+            layer = _target_layer(block, name)
+            layer.trainable = True
+            layer.enable_lora(rank, lora_alpha=alpha)
     return model
 
 
@@ -218,20 +218,16 @@ def load_lora_weights(model, path):
         if saved != settings:
             raise ValueError(f"{path} holds LoRA {saved}; the model has LoRA {settings}.")
         values = {}
-        f.visititems(
-            lambda name, item: (
-                values.__setitem__(name, np.asarray(item))
-                if isinstance(item, h5py.Dataset)
-                else None
-            )
-        )
-    if sorted(values) != sorted(trained) or any(
-        values[p].shape != tuple(trained[p].shape) for p in trained
-    ):
-        different = sorted(
-            set(values) ^ set(trained)
-            or {p for p in trained if values[p].shape != tuple(trained[p].shape)}
-        )
+
+        def collect(name, item):
+            if isinstance(item, h5py.Dataset):
+                values[name] = np.asarray(item)
+
+        f.visititems(collect)
+    different = sorted(set(values) ^ set(trained)) or [
+        p for p in sorted(trained) if values[p].shape != tuple(trained[p].shape)
+    ]
+    if different:
         raise ValueError(
             f"{path} holds the LoRA weights of another architecture: {different[0]} differs "
             "(missing, extra, or another shape)."

@@ -443,14 +443,15 @@ def _dtype_policy_config(model):
         for layer in _compat.all_layers(model)
         if layer.quantization_mode is not None
     }
-    if not isinstance(policy, keras.dtype_policies.DTypePolicyMap):
-        if not quantized:
-            return policy.name
-        policy = keras.dtype_policies.DTypePolicyMap(policy)
-    for path, layer_policy in quantized.items():
-        if path not in policy:
-            policy[path] = layer_policy
-    return keras.dtype_policies.serialize(policy)
+    if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
+        # A copy: the model's own map is what its layers compute with.
+        default, entries = policy.default_policy, {path: policy[path] for path in policy}
+    elif quantized:
+        default, entries = policy, {}
+    else:
+        return policy.name
+    entries.update({path: p for path, p in quantized.items() if path not in entries})
+    return keras.dtype_policies.serialize(keras.dtype_policies.DTypePolicyMap(default, entries))
 
 
 def _changed_in_place(model):
@@ -670,7 +671,6 @@ def _head(tokens, arguments, num_prefix_tokens):
         x = keras.layers.Dense(a["representation_size"], activation="tanh", name="pre_logits")(x)
     if not a["include_top"]:
         return x
-    head_dtype = _head_dtype_policy
     classes, activation = a["classes"], a["classifier_activation"]
     if not a["distillation_token"]:
         return keras.layers.Dense(
@@ -678,21 +678,21 @@ def _head(tokens, arguments, num_prefix_tokens):
             activation=activation,
             kernel_initializer="zeros",
             name="head",
-            dtype=head_dtype("head"),
+            dtype=_head_dtype_policy("head"),
         )(x)
     distilled = vit_layers.TokenPooling(
         "token", num_prefix_tokens=num_prefix_tokens, token_index=1, name="distillation_pooling"
     )(tokens)
     logits = [
         keras.layers.Dense(
-            classes, kernel_initializer="zeros", name=head_name, dtype=head_dtype(head_name)
+            classes, kernel_initializer="zeros", name=head_name, dtype=_head_dtype_policy(head_name)
         )(features)
         for head_name, features in (("head", x), ("head_dist", distilled))
     ]
-    x = keras.layers.Average(name="head_average", dtype=head_dtype("head_average"))(logits)
+    x = keras.layers.Average(name="head_average", dtype=_head_dtype_policy("head_average"))(logits)
     if activation is not None:
         x = keras.layers.Activation(
-            activation, name="predictions", dtype=head_dtype("predictions")
+            activation, name="predictions", dtype=_head_dtype_policy("predictions")
         )(x)
     return x
 
