@@ -576,6 +576,8 @@ def finetune(
     layer_decay=None,
     learning_rate=None,
     ema_momentum=None,
+    lora=None,
+    lora_target=None,
 ):
     """`keras-vit finetune` of the checkpoint on a small folder, beside its frozen probe.
 
@@ -583,8 +585,10 @@ def finetune(
     the frozen class token (`fit_new_heads`: the head that the default
     recipe starts from) scored on the test images, and the fine-tune that
     `keras_vit.training.train` runs with the command's defaults (or
-    `recipe`, with `layer_decay`, `ema_momentum` and its rate set to
-    `learning_rate`). One JSON row per seed.
+    `recipe`, with `layer_decay`, `ema_momentum`, its rate set to
+    `learning_rate`, and `lora`'s rank: `--lora`, whose rate is the
+    recipe's `lora_learning_rate`). One JSON row per seed, with the trained
+    parameters and, with LoRA, the adapter file's size.
     """
     import dataclasses
     import time
@@ -600,7 +604,10 @@ def finetune(
 
     recipe_name = recipe or DEFAULTS["finetune"]["recipe"]
     if learning_rate is not None:
-        recipe = dataclasses.replace(get_recipe(recipe_name), learning_rate=learning_rate)
+        rate = "lora_learning_rate" if lora else "learning_rate"
+        recipe = dataclasses.replace(get_recipe(recipe_name), **{rate: learning_rate})
+    used = get_recipe(recipe or recipe_name)
+    used = used.for_lora() if lora else used
 
     data = os.path.join(out, "data")
     if not os.path.isdir(data):
@@ -627,8 +634,10 @@ def finetune(
             recipe=recipe,  # None: `train`'s defaults with weights, the command's
             layer_decay=layer_decay,
             ema_momentum=ema_momentum,
+            lora=lora,
+            lora_target=lora_target,
             seed=seed,
-            output_dir=os.path.join(out, f"finetune_{seed}"),
+            output_dir=os.path.join(out, f"lora{lora}_{seed}" if lora else f"finetune_{seed}"),
             overwrite=True,
             verbose=0,
             log=lambda line: None,
@@ -638,13 +647,21 @@ def finetune(
                 "backend": keras.backend.backend(),
                 "seed": seed,
                 "recipe": recipe_name,
-                "learning_rate": get_recipe(recipe or recipe_name).learning_rate,
+                "learning_rate": used.learning_rate,
                 "layer_decay": layer_decay,
                 "ema_momentum": ema_momentum,
+                "lora": lora,
+                "lora_target": lora_target,
                 "probe_accuracy": float(np.mean(predicted == truth)),
                 "probe_seconds": round(probe_seconds, 1),
                 "finetune_accuracy": result["metrics"]["test_accuracy"],
                 "finetune_seconds": round(time.time() - start, 1),
+                "fit_seconds": result["metrics"]["fit_seconds"],
+                "trainable_parameters": result["metrics"]["trainable_parameters"],
+                "parameters": result["metrics"]["parameters"],
+                "adapter_file_bytes": os.path.getsize(result["paths"]["model.lora.h5"])
+                if lora
+                else None,
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -711,6 +728,8 @@ def main(argv=None):
     tuning.add_argument("--layer-decay", type=float, default=None, help="default: the recipe's")
     tuning.add_argument("--learning-rate", type=float, default=None, help="default: the recipe's")
     tuning.add_argument("--ema", type=float, default=None, help="EMA momentum (default: none)")
+    tuning.add_argument("--lora", type=int, default=None, help="LoRA's rank (default: none)")
+    tuning.add_argument("--lora-target", default=None, help="default: query,value")
     args = parser.parse_args(argv)
     if args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
@@ -724,6 +743,8 @@ def main(argv=None):
             layer_decay=args.layer_decay,
             learning_rate=args.learning_rate,
             ema_momentum=args.ema,
+            lora=args.lora,
+            lora_target=args.lora_target,
         )
     elif args.command == "float-blocks":
         print_gemm_rate()

@@ -252,6 +252,16 @@ def state_unlocked(layer):
         tracker.lock()
 
 
+def lora_frozen_kernel(layer):
+    """The frozen kernel of a LoRA layer, without its adapters' update.
+
+    Keras' `Dense`/`EinsumDense` keep it in `_kernel`; their `kernel` is
+    the merged one, which is also all that `save_weights` writes (and a
+    load zeroes the adapters).
+    """
+    return _private(layer, "_kernel", "a LoRA layer's frozen kernel")
+
+
 # --- Distribution: building before a multi-worker fit -----------------------
 
 

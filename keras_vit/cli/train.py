@@ -36,8 +36,9 @@ def add_parser(command):
             ".npz, a Hugging Face or timm .safetensors) on a dataset: position "
             "embeddings resampled to --image-size; for another class count a new "
             "head, fitted first on the frozen model's features, then every weight "
-            "trained at a small AdamW rate (--recipe paper_finetune: the paper's "
-            "SGD). Same outputs and resume as `keras-vit train`."
+            "trained at a small AdamW rate (--lora RANK: low-rank adapters of the "
+            "frozen encoder instead; --recipe paper_finetune: the paper's SGD). "
+            "Same outputs and resume as `keras-vit train`."
         ),
     )
     add_settings(finetune, TrainingSettings, "finetune", COMMAND_DEFAULTS["finetune"])

@@ -12,11 +12,12 @@ into a model with the same LoRA.
 """
 
 import json
+import math
 
 import keras
 import numpy as np
 
-from keras_vit import _compat
+from keras_vit import _compat, _options
 from keras_vit.layers.transformer_block import TransformerBlock
 
 # A target's layer in a block, and the slot of the fused q/k/v kernel.
@@ -64,18 +65,43 @@ def _has_lora(block, name):
     return slot in (getattr(layer, "lora_slots", None) or ())
 
 
-def _check(model, rank, target, alpha):
+def check_arguments(rank, target, *, rank_argument="rank", target_argument="target"):
+    """The rank and the targets checked without a model: `target` as a tuple.
+
+    A `ValueError` naming the argument (`rank_argument`, `target_argument`:
+    how the caller spells them) for a rank below 1 or an unknown target.
+    """
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f"`rank` must be a positive int. Received: rank={rank!r}")
+        raise ValueError(
+            f"{_options.name(rank_argument)} must be a positive int (the adapters' rank). "
+            f"Received: {_options.given(rank_argument, rank)}"
+        )
     if isinstance(target, str):
         target = (target,)
     target = tuple(target)
     unknown = [name for name in target if name not in TARGETS]
     if unknown or not target:
         raise ValueError(
-            f"`target` must name projections among {', '.join(TARGETS)}. "
-            f"Received: target={target!r}"
+            f"{_options.name(target_argument)} must name projections among "
+            f"{', '.join(TARGETS)}. Received: {_options.given(target_argument, target)}"
         )
+    return target
+
+
+def largest_rank(kernel_shape, sliced):
+    """The largest useful rank of a kernel's update: its matrix's smaller side.
+
+    A slot of the fused q/k/v kernel `(D, 3, heads, head_dim)` is a `(D,
+    heads * head_dim)` matrix; a whole kernel is its inputs' axes against
+    its last (`(heads, head_dim, D)`: `(heads * head_dim, D)`).
+    """
+    if sliced:
+        return min(kernel_shape[0], math.prod(kernel_shape[2:]))
+    return min(math.prod(kernel_shape[:-1]), kernel_shape[-1])
+
+
+def _check(model, rank, target, alpha):
+    target = check_arguments(rank, target)
     if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))):
         raise TypeError(f"`alpha` must be a number or None. Received: alpha={alpha!r}")
     blocks = _blocks(model)
@@ -94,8 +120,7 @@ def _check(model, rank, target, alpha):
         )
     for name in target:
         shape = tuple(_target_layer(blocks[0], name).kernel.shape)
-        sliced = TARGETS[name][1] is not None
-        smallest = min(shape[0], int(np.prod(shape[2:] if sliced else shape[1:])))
+        smallest = largest_rank(shape, sliced=TARGETS[name][1] is not None)
         if rank > smallest:
             raise ValueError(
                 f"`rank` must be at most the {name} projection's smaller side, {smallest}. "
@@ -164,6 +189,21 @@ def merged_weights(model):
         if getattr(layer, "lora_enabled", False):
             weights[f"{layer.path}/kernel"] = keras.ops.convert_to_numpy(layer.kernel)
     return weights
+
+
+def unmerged_variables(model):
+    """The variables of a LoRA model that its saved weights do not hold as they are.
+
+    Keras saves a LoRA layer's merged kernel and no adapters, and loading
+    zeroes the adapters: a training checkpoint that resumes a LoRA fine-tune
+    keeps these besides (`keras_vit.training.backup`): each adapted layer's
+    frozen kernel and its two factors.
+    """
+    found = []
+    for layer in _compat.all_layers(model):
+        if getattr(layer, "lora_enabled", False):
+            found += [_compat.lora_frozen_kernel(layer), layer.lora_kernel_a, layer.lora_kernel_b]
+    return found
 
 
 def merge_lora(model):

@@ -8,7 +8,9 @@ checkpoint is a folder, `epoch-000003/` (weights with the optimizer state
 and the epoch count), written whole under a temporary name and renamed in
 one step; the previous one is removed only afterwards. A kill at any
 moment leaves a complete checkpoint, and the newest complete one is what
-a restart loads.
+a restart loads. A LoRA model's checkpoint also keeps its frozen kernels
+and adapters apart (`lora_unmerged.npz`): Keras' weights file holds the
+merged kernels only, and a load of it zeroes the adapters.
 """
 
 import json
@@ -25,6 +27,8 @@ _PREFIX = "epoch-"
 _PARTIAL = ".partial"
 _WEIGHTS = "model.weights.h5"
 _STATE = "state.json"
+# A LoRA model's frozen kernels and adapters, which its weights file merges.
+_UNMERGED = "lora_unmerged.npz"
 
 
 def replace_atomically(path, write):
@@ -135,6 +139,7 @@ class CrashSafeBackup(BackupHooks):
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)
         self.model.load_weights(os.path.join(folder, _WEIGHTS))
+        _restore_unmerged(self.model, folder)
         resume_fit_at(self.model, epoch)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -155,12 +160,43 @@ class CrashSafeBackup(BackupHooks):
         def write(folder):
             os.makedirs(folder)
             self.model.save_weights(os.path.join(folder, _WEIGHTS))
+            _save_unmerged(self.model, folder)
             with open(os.path.join(folder, _STATE), "w") as f:
                 json.dump({"epoch": epoch}, f)
 
         replace_atomically(os.path.join(self.backup_dir, f"{_PREFIX}{epoch:06d}"), write)
         if previous is not None and previous[0] != epoch:
             shutil.rmtree(previous[1], ignore_errors=True)
+
+
+def _save_unmerged(model, folder):
+    from keras_vit.models.lora import unmerged_variables
+
+    variables = unmerged_variables(model)
+    if variables:
+        np.savez(
+            os.path.join(folder, _UNMERGED),
+            **{variable.path: keras.ops.convert_to_numpy(variable) for variable in variables},
+        )
+
+
+def _restore_unmerged(model, folder):
+    from keras_vit.models.lora import unmerged_variables
+
+    variables = unmerged_variables(model)
+    if not variables:
+        return
+    path = os.path.join(folder, _UNMERGED)
+    if not os.path.isfile(path):
+        raise ValueError(f"The checkpoint {folder} is not of a LoRA model: it has no {_UNMERGED}.")
+    with np.load(path) as saved:
+        missing = [variable.path for variable in variables if variable.path not in saved.files]
+        if missing:
+            raise ValueError(
+                f"The checkpoint {folder} is not of this LoRA model: it lacks {missing[0]}."
+            )
+        for variable in variables:
+            variable.assign(saved[variable.path])
 
 
 class StopOnNonFiniteLoss(keras.callbacks.Callback):

@@ -259,6 +259,9 @@ class Recipe:
         ema_momentum: `None` (the default), or a float in `(0, 1)`: an
             exponential moving average of the weights, the model that is
             validated, reported and saved (`pretraining_optimizer`).
+        lora_learning_rate: the peak learning rate of a LoRA run (`train(...,
+            lora=RANK)`), whose adapters start at zero and want a larger
+            rate than whole weights; `None`: `learning_rate`.
     """
 
     optimizer: str = "adamw"
@@ -277,6 +280,7 @@ class Recipe:
     head_first: bool = False
     layer_decay: float = 1.0
     ema_momentum: float = None
+    lora_learning_rate: float = None
 
     def __post_init__(self):
         check_layer_decay(self.layer_decay)
@@ -305,6 +309,12 @@ class Recipe:
         if self.head_first:
             parts.insert(0, "a new head fitted on the frozen features first")
         return ", ".join(parts)
+
+    def for_lora(self):
+        """The recipe of a LoRA run: its `lora_learning_rate` as the learning rate."""
+        if self.lora_learning_rate is None:
+            return self
+        return dataclasses.replace(self, learning_rate=self.lora_learning_rate)
 
     def make_optimizer(self, model, total_steps, gradient_accumulation_steps=None):
         """The optimizer for `total_steps` training steps of `model`.
@@ -397,6 +407,9 @@ RECIPES = {
         dropout_rate=0.0,
         crop_scale=None,
         head_first=True,
+        # LoRA's adapters (`--lora`) on the same data: 83.7% at 3e-4, 84.5%
+        # at 1e-3, 84.9% at 3e-3 (rank 8 on query and value, seed 0).
+        lora_learning_rate=3e-3,
     ),
     # The paper's fine-tuning (Appendix B.1.1), for runs of thousands of
     # steps at batch 512; the rate is its sweep's middle.

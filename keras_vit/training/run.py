@@ -205,7 +205,7 @@ class Run:
                 and the timings are added.
 
         Returns:
-            `{"metrics": metrics, "paths": {file name: path}}`.
+            `{"metrics": metrics, "paths": {file name: path}}` of the files written.
         """
         import keras
 
@@ -223,7 +223,9 @@ class Run:
             "total_seconds": round(time.perf_counter() - self.started, 1),
         }
         replace_atomically(paths["metrics.json"], lambda path: _write_json(path, metrics))
-        return {"metrics": metrics, "paths": paths}
+        # The files this run wrote (a job's optional ones only where it did).
+        written = {name: path for name, path in paths.items() if os.path.exists(path)}
+        return {"metrics": metrics, "paths": written}
 
 
 def _write_json(path, value):

@@ -169,6 +169,30 @@ def _check_ema(value):
         check_ema_momentum(value)
 
 
+def _check_lora(value):
+    if value is not None:
+        from keras_vit.models.lora import check_arguments
+
+        check_arguments(value, "query", rank_argument="lora")
+
+
+def _check_lora_target(value):
+    if value is not None:
+        from keras_vit.models.lora import check_arguments
+
+        if not isinstance(value, str):
+            raise TypeError(
+                f"{_options.name('lora_target')} must be a str of comma-separated names. "
+                f"Received: {_options.given('lora_target', value)}"
+            )
+        check_arguments(1, lora_targets(value), target_argument="lora_target")
+
+
+def lora_targets(value):
+    """The projections named by a `lora_target` setting (`"query,value"`), as a tuple."""
+    return tuple(name.strip() for name in value.split(","))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
     """What every job's run takes: its data, its schedule, its output folder.
@@ -287,6 +311,10 @@ def _distilling(settings):
     return settings.teacher is not None
 
 
+def _adapting(settings):
+    return settings.lora is not None
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingSettings(RunSettings):
     """The settings of `keras_vit.training.train` (`keras-vit train` and `finetune`).
@@ -376,6 +404,23 @@ class TrainingSettings(RunSettings):
         "(gradient checkpointing): less memory per step for about a third more compute",
         check=_check_flag("remat"),
     )
+    lora: int = setting(
+        None,
+        "LoRA: freeze the encoder and train low-rank adapters of rank RANK (and the head); "
+        "model.keras is the merged model, model.lora.h5 the adapters and head alone",
+        type=positive_int,
+        metavar="RANK",
+        recorded=_adapting,
+        check=_check_lora,
+    )
+    lora_target: str = setting(
+        None,
+        "with --lora: the adapted projections of every block, comma-separated among query, "
+        "key, value, out, mlp_dense_1, mlp_dense_2 (default: query,value)",
+        metavar="NAMES",
+        recorded=_adapting,
+        check=_check_lora_target,
+    )
     teacher: str = setting(
         None,
         "a .keras classifier of the same images and classes (a CNN, a ViT) to learn from "
@@ -425,6 +470,10 @@ class TrainingSettings(RunSettings):
         settings = super().resolved()
         if self.weights is not None:
             settings = dataclasses.replace(settings, model=None)
+        if self.lora is not None and self.lora_target is None:
+            from keras_vit.models.lora import DEFAULT_TARGETS
+
+            settings = dataclasses.replace(settings, lora_target=",".join(DEFAULT_TARGETS))
         if self.teacher is not None:
             settings = dataclasses.replace(
                 settings,

@@ -1,12 +1,14 @@
 """The `keras-vit train` job: check, data, model, fit, finish.
 
 Its run (folder, resume, seeding, outputs) is a `keras_vit.training.run.Run`;
-besides the common outputs it writes `class_names.json`. Its settings are a
+besides the common outputs it writes `class_names.json` (and with LoRA
+`model.lora.h5`, the adapters). Its settings are a
 `TrainingSettings`.
 """
 
 import dataclasses
 import json
+import math
 import os
 import typing
 
@@ -14,9 +16,14 @@ from keras_vit import _options
 from keras_vit.models.variants import SMALL_MODEL, SMALL_MODELS  # noqa: F401 (re-exported)
 from keras_vit.training.run import Run
 from keras_vit.training.run_folder import removed_if_failed
-from keras_vit.training.settings import TrainingSettings, path_reference, settings_of
+from keras_vit.training.settings import (
+    TrainingSettings,
+    lora_targets,
+    path_reference,
+    settings_of,
+)
 
-OUTPUT_FILES = ("class_names.json",)  # beside a run's common ones
+OUTPUT_FILES = ("class_names.json", "model.lora.h5")  # beside a run's common ones
 # Each job's defaults of the settings left unset (`TrainingSettings.JOB_DEFAULTS`).
 DEFAULTS = {
     job: {k: v for k, v in defaults.items() if k != "output_dir"}
@@ -134,7 +141,10 @@ def train(settings=None, /, *, verbose=2, log=print, **keywords):
             `weights`, `DEFAULTS["finetune"]`: 3, 32), `recipe` (a name in
             `keras_vit.training.RECIPES` or a `Recipe`; `"small"`, with
             `weights` `"finetune"`: the new head fitted on the frozen
-            features first, then AdamW at 3e-5), `weights`, `teacher`,
+            features first, then AdamW at 3e-5), `weights`, `lora` (a rank:
+            low-rank adapters on the frozen encoder's `lora_target`
+            projections, trained with the head; `model.keras` is then the
+            merged model and `model.lora.h5` the adapters), `teacher`,
             `distribute` (`batch_size` is then the global batch; in a
             multi-worker run the chief writes `output_dir`, worker N
             `output_dir/workers/N`), `overwrite`, `deterministic` (a run
@@ -187,6 +197,7 @@ def _check(settings, log):
         _check_not_replaced(getattr(settings, argument), settings.output_dir, argument)
     architecture, settings, channels = _architecture(settings)
     _check_distillation_token(settings, architecture)
+    _check_lora(settings, architecture)
     check_training_layout(settings.dataset, settings.validation_split)
     teacher = None
     if settings.teacher is not None:
@@ -217,7 +228,8 @@ def _recipe(settings, recipe):
     }
     if "patch_dropout_rate" in changes:
         changes["patch_dropout_rate"] = float(changes["patch_dropout_rate"])
-    return dataclasses.replace(recipe, **changes) if changes else recipe
+    recipe = dataclasses.replace(recipe, **changes) if changes else recipe
+    return recipe.for_lora() if settings.lora is not None else recipe
 
 
 def _architecture(settings):
@@ -297,6 +309,27 @@ def _check_distillation_token(settings, architecture):
         + f". Use {_options.given('model', 'small/4')} (the small ViT with a class token) or a "
         "variant of the paper, e.g. Ti/16."
     )
+
+
+def _check_lora(settings, architecture):
+    """`lora_target` with a rank; a rank no larger than any adapted projection's smaller side."""
+    if settings.lora is None:
+        if settings.lora_target is not None:
+            raise ValueError(
+                f"{_options.name('lora_target')} chooses the projections that LoRA adapts and "
+                f"needs a rank, {_options.name('lora')}. Received: "
+                f"{_options.given('lora_target', settings.lora_target)} without "
+                f"{_options.name('lora')}"
+            )
+        return
+    # Every target's update is a matrix with the model's width on one side.
+    width = architecture["hidden_dim"]
+    if settings.lora > width:
+        raise ValueError(
+            f"{_options.name('lora')} must be at most the model's width, {width} (an "
+            f"adapter's rank is at most its projection's smaller side). Received: "
+            f"{_options.given('lora', settings.lora)}"
+        )
 
 
 def _teacher_name(settings):
@@ -397,6 +430,8 @@ def _model(job, data):
         else:
             network = keras_vit.VisionTransformer(**job.architecture, **options)
             name = settings.model
+        if settings.lora is not None:
+            network.enable_lora(settings.lora, target=lora_targets(settings.lora_target))
         trained = network
         if job.teacher is not None:
             from keras_vit.training.distillation import Distiller
@@ -414,6 +449,13 @@ def _model(job, data):
         )
         job.plan.prepare(trained)
     job.run.log(f"model: {name} ViT, {network.count_params():,} parameters; recipe: {recipe}")
+    if settings.lora is not None:
+        trainable = _trainable_parameters(network)
+        job.run.log(
+            f"LoRA: rank {settings.lora} on {settings.lora_target.replace(',', ', ')} of every "
+            f"block; {trainable:,} parameters trained "
+            f"({trainable / network.count_params():.2%}: the adapters, their biases and the head)"
+        )
     if job.teacher is not None:
         job.run.log(
             f"teacher: {settings.teacher} ({job.teacher.count_params():,} parameters, "
@@ -483,12 +525,25 @@ def _finish(job, data, network, trained, history, verbose):
             json.dump(list(data.train.class_names), f)
 
     replace_atomically(job.run.paths["class_names.json"], write_class_names)
+    saved = network
+    if settings.lora is not None:
+        from keras_vit.models.lora import merge_lora
+
+        replace_atomically(job.run.paths["model.lora.h5"], network.save_lora_weights)
+        # model.keras is the plain model (the adapters' optimizer state would
+        # not load into it).
+        saved = merge_lora(network)
     metrics.update(
-        parameters=network.count_params(),
+        parameters=saved.count_params(),
+        trainable_parameters=_trainable_parameters(network),
         distribute=settings.distribute,
         replicas=job.plan.num_replicas,
     )
-    return job.run.finish(network, metrics)
+    return job.run.finish(saved, metrics)
+
+
+def _trainable_parameters(network):
+    return int(sum(math.prod(variable.shape) for variable in network.trainable_weights))
 
 
 # How a run records a file or folder (`run.json`).

@@ -38,10 +38,18 @@ architecture = {architecture}
 def make(batch_size, shard):
     return from_arrays(images, labels, image_size=16, batch_size=batch_size, shard=shard)
 
-def one_step(plan, recipe):
+# Each run's recipe and LoRA rank (LoRA's adapters are added to the built
+# model inside the plan's scope).
+RUNS = {{"pretrain": ("pretrain", None), "paper_finetune": ("paper_finetune", None),
+        "lora": ("pretrain", 2)}}
+
+def one_step(plan, run):
+    recipe, lora = RUNS[run]
     keras.utils.set_random_seed(7)
     with plan.scope():
         model = keras_vit.VisionTransformer(**architecture, classifier_activation=None)
+        if lora:
+            model.enable_lora(lora)
         # No warm-up: step 0 moves the weights. Both recipes clip the
         # gradient's global norm at 1.0, which this step exceeds.
         RECIPES[recipe].compile(model, total_steps=1)
@@ -50,7 +58,7 @@ def one_step(plan, recipe):
     return model
 
 result = {{}}
-for recipe in ("pretrain", "paper_finetune"):  # AdamW and SGD
+for recipe in RUNS:  # AdamW, SGD, and AdamW on LoRA's adapters
     reference = one_step(distribute(None), recipe)
     expected = {{v.path: np.asarray(keras.ops.convert_to_numpy(v))
                 for v in reference.trainable_variables}}
@@ -176,8 +184,10 @@ def test_jax_data_and_model_parallel_steps_match_one_device():
     assert result["moved_pretrain"] > 5e-4 and result["moved_paper_finetune"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("DataParallel", 4)
     assert (model["engine"], model["replicas"]) == ("ModelParallel", 2)  # 2 x 2 mesh
-    # Same global batch and seed: the same weights after one step.
-    for recipe in ("pretrain", "paper_finetune"):
+    # Same global batch and seed: the same weights after one step (LoRA's
+    # adapters, added to the distributed model, too).
+    assert result["moved_lora"] > 5e-4
+    for recipe in ("pretrain", "paper_finetune", "lora"):
         assert data["error_" + recipe] <= 1e-5 and model["error_" + recipe] <= 1e-5
     # Data parallel: every variable replicated over the 4 devices.
     assert all(spec == [] for spec in data["layouts"].values())
@@ -207,6 +217,7 @@ def test_tensorflow_mirrored_step_matches_one_device():
     # Keras alone clips each replica's gradient before the sum: 1e-3 off
     # with SGD; keras_vit's optimizers clip the sum (1e-9).
     assert data["error_pretrain"] <= 1e-5 and data["error_paper_finetune"] <= 1e-5
+    assert result["moved_lora"] > 5e-4 and data["error_lora"] <= 1e-5
     assert data["jit"] is False  # XLA cannot reach mirrored variables
 
 
