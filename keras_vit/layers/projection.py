@@ -52,9 +52,15 @@ class Projection(keras.layers.EinsumDense):
 
     def call(self, inputs, training=None):
         width = math.prod(inputs.shape[1:])
-        outputs = ops.matmul(
-            ops.reshape(inputs, (-1, width)), ops.reshape(self.kernel, (width, -1))
-        )
+        inputs = ops.reshape(inputs, (-1, width))
+        if self.lora_slots is None:
+            outputs = ops.matmul(inputs, ops.reshape(self.kernel, (width, -1)))
+        else:
+            # The frozen kernel and the adapters apart: a step then needs no
+            # gradient of the whole kernel, only of the thin factors.
+            frozen = ops.cast(self._kernel, self.compute_dtype)
+            outputs = ops.matmul(inputs, ops.reshape(frozen, (width, -1)))
+            outputs = outputs + self._lora_outputs(inputs)
         if self.bias is not None:
             outputs = outputs + ops.reshape(self.bias, (-1,))
         return ops.reshape(outputs, (-1, *self.partial_output_shape))
@@ -78,6 +84,18 @@ class Projection(keras.layers.EinsumDense):
         ]
         update = ops.reshape(ops.stack(columns, axis=1), base.shape)
         return ops.cast(ops.add(base, update), self.compute_dtype)
+
+    def _lora_outputs(self, inputs):
+        """`inputs @ update` of the slot adapters, `(alpha / rank) * (inputs @ A) @ B` per slot."""
+        scale = self.lora_alpha / self.lora_rank
+        adapted = {}
+        for index, slot in enumerate(self.lora_slots):
+            a = ops.cast(self.lora_kernel_a[index], self.compute_dtype)
+            b = ops.cast(self.lora_kernel_b[index], self.compute_dtype)
+            adapted[slot] = ops.matmul(ops.matmul(inputs, a), b) * scale
+        zeros = ops.zeros_like(adapted[self.lora_slots[0]])
+        columns = [adapted.get(slot, zeros) for slot in range(self._kernel.shape[1])]
+        return ops.concatenate(columns, axis=-1)
 
     def enable_lora(
         self, rank, lora_alpha=None, a_initializer="he_uniform", b_initializer="zeros", slots=None

@@ -83,6 +83,9 @@ def test_every_target_and_the_parameters_a_lora_fine_tune_trains():
     trained = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
     assert trained < 0.25 * total  # a tiny model: the biases and the head weigh
     fit(model, epochs=1)
+    # A rank above the head count is within the output projection's (32, 32) matrix.
+    wide = model_with_weights().enable_lora(8, target="out")
+    assert wide.get_layer("encoderblock_0").attention.out.lora_rank == 8
 
 
 def test_a_lora_model_saves_merged_and_its_adapters_alone(tmp_path):
@@ -138,6 +141,8 @@ def test_lora_files_for_another_model_are_refused_before_any_weight_moves(tmp_pa
         (dict(rank=0), "rank=0"),
         (dict(rank=2.0), "rank=2.0"),
         (dict(rank=33), "at most the query projection's smaller side, 32.*rank=33"),
+        # The attention output's matrix is (heads * head_dim, D), not its first axis (heads).
+        (dict(rank=33, target="out"), "at most the out projection's smaller side, 32.*rank=33"),
         (dict(rank=4, target=("query", "attention")), "target=\\('query', 'attention'\\)"),
         (dict(rank=4, target=()), "target=\\(\\)"),
     ],
