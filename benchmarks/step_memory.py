@@ -1,16 +1,16 @@
 """A ViT-B/16 training step's peak memory and time: plain, with gradient checkpointing, with LoRA.
 
 For each backend and case, in a fresh process: `keras_vit.ViTB16` at 224 px (`plain`;
-`remat`: `remat=True`; `lora`: `enable_lora(--rank)` on the query and value, the
-encoder frozen), compiled with `--optimizer` (SGD, or AdamW as `keras-vit finetune`),
-then the peak resident memory (VmHWM, reset just before) above the resident memory
-before: of the first `train_on_batch` of `--batch-size` images (which also traces and
-compiles and makes the optimizer's slots; TensorFlow's allocator keeps what it took
+`remat`: `remat=True`; `lora`: `enable_lora(--rank)` on the query and value, the encoder
+frozen; `lora+remat`: both), compiled with `--optimizer` (SGD, or AdamW as `keras-vit
+finetune`), then the peak resident memory (VmHWM, reset just before) above the resident
+memory before: of the first `train_on_batch` of `--batch-size` images (which also traces
+and compiles and makes the optimizer's slots; TensorFlow's allocator keeps what it took
 there), and of `--steps` more steps (the activations, gradients and temporaries of a
 step, where the allocator hands them back); and the process's whole peak (weights,
-optimizer state and step together). TensorFlow runs with and without XLA
-(`jit_compile`) unless `--xla-only`. The step's time is the median. One JSON line per
-case, then the day's fp32 GEMM rate.
+optimizer state and step together). TensorFlow runs with and without XLA (`jit_compile`)
+unless `--xla-only`. The step's time is the median. One JSON line per case, then the
+day's fp32 GEMM rate.
 
     python benchmarks/step_memory.py [--backends tensorflow jax torch] [--batch-size 16]
         [--steps 2] [--cases plain remat] [--optimizer sgd] [--rank 8]
@@ -24,7 +24,7 @@ import textwrap
 
 from harness import fresh_process, gemm_gflops, python_code
 
-CASES = ("plain", "remat", "lora")
+CASES = ("plain", "remat", "lora", "lora+remat")
 
 CASE = textwrap.dedent(
     """
@@ -43,8 +43,9 @@ CASE = textwrap.dedent(
     jit_compile = {"auto": "auto", "1": True, "0": False}[sys.argv[2]]
     batch_size, steps = int(sys.argv[3]), int(sys.argv[4])
     optimizer, rank = sys.argv[5], int(sys.argv[6])
-    model = keras_vit.ViTB16(classes=10, classifier_activation=None, remat=case == "remat")
-    if case == "lora":
+    parts = case.split("+")
+    model = keras_vit.ViTB16(classes=10, classifier_activation=None, remat="remat" in parts)
+    if "lora" in parts:
         model.enable_lora(rank)
     model.compile(
         keras.optimizers.SGD(1e-3) if optimizer == "sgd" else keras.optimizers.AdamW(1e-4),
