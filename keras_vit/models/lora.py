@@ -65,25 +65,25 @@ def _has_lora(block, name):
     return slot in (getattr(layer, "lora_slots", None) or ())
 
 
-def check_arguments(rank, target, *, rank_argument="rank", target_argument="target"):
-    """The rank and the targets checked without a model: `target` as a tuple.
-
-    A `ValueError` naming the argument (`rank_argument`, `target_argument`:
-    how the caller spells them) for a rank below 1 or an unknown target.
-    """
+def check_rank(rank, argument="rank"):
+    """A `ValueError` naming `argument` (as its caller spells it) unless `rank` is an int >= 1."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(
-            f"{_options.name(rank_argument)} must be a positive int (the adapters' rank). "
-            f"Received: {_options.given(rank_argument, rank)}"
+            f"{_options.name(argument)} must be a positive int (the adapters' rank). "
+            f"Received: {_options.given(argument, rank)}"
         )
+
+
+def check_targets(target, argument="target"):
+    """`target` as a tuple of names in `TARGETS`; a `ValueError` naming `argument` if not."""
     if isinstance(target, str):
         target = (target,)
     target = tuple(target)
     unknown = [name for name in target if name not in TARGETS]
     if unknown or not target:
         raise ValueError(
-            f"{_options.name(target_argument)} must name projections among "
-            f"{', '.join(TARGETS)}. Received: {_options.given(target_argument, target)}"
+            f"{_options.name(argument)} must name projections among "
+            f"{', '.join(TARGETS)}. Received: {_options.given(argument, target)}"
         )
     return target
 
@@ -101,15 +101,17 @@ def largest_rank(kernel_shape, sliced):
 
 
 def _check(model, rank, target, alpha):
-    target = check_arguments(rank, target)
+    check_rank(rank)
+    target = check_targets(target)
     if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float))):
         raise TypeError(f"`alpha` must be a number or None. Received: alpha={alpha!r}")
     blocks = _blocks(model)
     if not blocks:
         raise ValueError(f"Model {model.name!r} has no keras_vit Transformer blocks to adapt.")
-    if lora_settings(model) is not None:
+    settings = lora_settings(model)
+    if settings is not None:
         raise ValueError(
-            f"Model {model.name!r} has LoRA already (rank {lora_settings(model)['rank']}): "
+            f"Model {model.name!r} has LoRA already (rank {settings['rank']}): "
             "enable it once, on the model as built or loaded."
         )
     quantized = [layer.path for layer in _compat.all_layers(model) if layer.quantization_mode]

@@ -171,21 +171,21 @@ def _check_ema(value):
 
 def _check_lora(value):
     if value is not None:
-        from keras_vit.models.lora import check_arguments
+        from keras_vit.models.lora import check_rank
 
-        check_arguments(value, "query", rank_argument="lora")
+        check_rank(value, "lora")
 
 
 def _check_lora_target(value):
     if value is not None:
-        from keras_vit.models.lora import check_arguments
+        from keras_vit.models.lora import check_targets
 
         if not isinstance(value, str):
             raise TypeError(
                 f"{_options.name('lora_target')} must be a str of comma-separated names. "
                 f"Received: {_options.given('lora_target', value)}"
             )
-        check_arguments(1, lora_targets(value), target_argument="lora_target")
+        check_targets(lora_targets(value), "lora_target")
 
 
 def lora_targets(value):

@@ -120,7 +120,7 @@ def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_
     code = f"""
         import json, numpy as np, keras
         from keras_vit.pretraining import pretrain
-        from keras_vit.training import backup
+        from tests.training.test_train_command import killed_after_first_checkpoint
 
         lines = []
 
@@ -130,18 +130,8 @@ def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_
                             log=lines.append)
 
         run({str(tmp_path / "unbroken")!r})
-        save = backup.CrashSafeBackup.on_epoch_end
-
-        def killed_after_epoch_1(self, epoch, logs=None):
-            save(self, epoch, logs)
-            raise KeyboardInterrupt  # as a kill right after a checkpoint
-
-        backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_1
-        try:
+        with killed_after_first_checkpoint():  # as a kill right after a checkpoint
             run({str(tmp_path / "killed")!r})
-        except KeyboardInterrupt:
-            pass
-        backup.CrashSafeBackup.on_epoch_end = save
         del lines[:]
         run({str(tmp_path / "killed")!r})
         a = keras.saving.load_model({str(tmp_path / "unbroken" / "model.keras")!r})

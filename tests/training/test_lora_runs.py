@@ -96,8 +96,9 @@ def test_a_killed_lora_finetune_resumes_with_its_adapters_bit_for_bit(trained_ru
     checkpoint = os.path.join(trained_run.folder, "model.keras")
     data = write_dataset(tmp_path / "data", per_class=16)
     code = f"""
-        import json, h5py, numpy as np, keras
-        from keras_vit.training import backup, train
+        import json, os, h5py, numpy as np, keras
+        from keras_vit.training import train
+        from tests.training.test_train_command import killed_after_first_checkpoint
 
         lines = []
 
@@ -107,19 +108,9 @@ def test_a_killed_lora_finetune_resumes_with_its_adapters_bit_for_bit(trained_ru
                          output_dir=out, deterministic=True, verbose=0, log=lines.append)
 
         run({str(tmp_path / "unbroken")!r})
-        save = backup.CrashSafeBackup.on_epoch_end
-
-        def killed_after_epoch_1(self, epoch, logs=None):
-            save(self, epoch, logs)
-            raise KeyboardInterrupt  # as a kill right after a checkpoint
-
-        backup.CrashSafeBackup.on_epoch_end = killed_after_epoch_1
-        try:
+        with killed_after_first_checkpoint():  # as a kill right after a checkpoint
             run({str(tmp_path / "killed")!r})
-        except KeyboardInterrupt:
-            pass
-        backup.CrashSafeBackup.on_epoch_end = save
-        kept = sorted(name for name in __import__("os").listdir(
+        kept = sorted(os.listdir(
             {str(tmp_path / "killed" / "backup")!r} + "/epoch-000001"))
         del lines[:]
         run({str(tmp_path / "killed")!r})
