@@ -29,6 +29,8 @@ at each step, and scores each `int8` file: what agreement costs in latency.
         --out real_weights/probe --modes none dynamic int8 int8_weights
     KERAS_BACKEND=tensorflow python benchmarks/real_weights.py float-blocks \\
         --out real_weights/probe
+    KERAS_BACKEND=tensorflow python benchmarks/real_weights.py qat \\
+        real_weights/probe/classifier.keras --mode int8_full --task probe
 
 The extraction is tooling for the benchmarks and tests, not a package
 feature: the ONNX file's own names locate each tensor (named initializers
@@ -668,6 +670,137 @@ def finetune(
     return rows
 
 
+def qat(
+    out,
+    float_model,
+    mode,
+    image_size=112,
+    train=1500,
+    test=1000,
+    seeds=(0, 1, 2),
+    epochs=1,
+    calibration=256,
+    task=None,
+):
+    """`keras-vit finetune FLOAT --qat MODE` on the folder, beside post-training quantization.
+
+    `float_model` is a classifier `.keras` file of the folder's classes (the
+    probe's, or a fine-tune's `model.keras`). Scored on the folder's test
+    images: the float model, its post-training `mode` export (rotated,
+    calibrated on `calibration` training images: `keras-vit export`'s), and
+    per seed the quantization-aware run of `epochs` epochs through
+    `keras_vit.training.train` (the command's defaults otherwise): its own
+    simulated outputs (the QAT model in Keras) and its `mode` export, with
+    the file's top-1 agreement with that simulation. One JSON row each.
+    """
+    import time
+
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit import data as vit_data
+    from keras_vit.training import train as run_training
+
+    data = os.path.join(out, "data")
+    if not os.path.isdir(data):
+        write_folder(data, train, test)
+    options = dict(image_size=image_size, channels=3, batch_size=64)
+    test_images, test_labels = _arrays(vit_data.load(data, "test", **options).data)
+    calibration_images, _ = _arrays(vit_data.load(data, "train", **options).data, calibration)
+    task = task or os.path.basename(os.path.dirname(os.path.abspath(float_model)))
+
+    def scored(row, classes):
+        row["accuracy"] = float(np.mean(classes == test_labels))
+        print(json.dumps({"task": task, "mode": mode, **row}), flush=True)
+        return row
+
+    def exported(model, path):
+        keras_vit.export.tflite(
+            model,
+            path,
+            quantization=mode,
+            representative_data=calibration_images,
+            overwrite=True,
+        )
+        runner = keras_vit.export.TFLiteModel(path, num_threads=2)
+        return runner(test_images), runner.latency_ms(test_images[0], runs=20)
+
+    float_classifier = keras.saving.load_model(float_model)
+    float_outputs = float_classifier.predict(test_images, batch_size=64, verbose=0)
+    rows = [scored({"model": "float"}, float_outputs.argmax(-1))]
+    served, latency = exported(float_classifier, os.path.join(out, f"float_{mode}.tflite"))
+    rows.append(
+        scored(
+            {
+                "model": f"post-training {mode}",
+                "top1_agreement_with_float": float(
+                    np.mean(served.argmax(-1) == float_outputs.argmax(-1))
+                ),
+                "latency_ms": round(latency, 1),
+            },
+            served.argmax(-1),
+        )
+    )
+    for seed in seeds:
+        start = time.time()
+        result = run_training(
+            data,
+            weights=float_model,
+            image_size=image_size,
+            epochs=epochs,
+            qat=mode,
+            seed=seed,
+            output_dir=os.path.join(out, f"qat_{task}_{mode}_{seed}"),
+            overwrite=True,
+            verbose=0,
+            log=lambda line: None,
+        )
+        seconds = time.time() - start
+        model = keras.saving.load_model(result["paths"]["model.keras"])
+        simulated = np.concatenate(
+            [
+                keras.ops.convert_to_numpy(model(test_images[i : i + 64], training=False))
+                for i in range(0, len(test_images), 64)
+            ]
+        )
+        served, latency = exported(model, os.path.join(out, f"qat_{task}_{mode}_{seed}.tflite"))
+        scored({"model": f"QAT {mode}, simulated", "seed": seed}, simulated.argmax(-1))
+        rows.append(
+            scored(
+                {
+                    "model": f"QAT {mode}, LiteRT file",
+                    "seed": seed,
+                    "top1_agreement_with_simulation": float(
+                        np.mean(served.argmax(-1) == simulated.argmax(-1))
+                    ),
+                    "simulated_accuracy": float(np.mean(simulated.argmax(-1) == test_labels)),
+                    "top1_agreement_with_float": float(
+                        np.mean(served.argmax(-1) == float_outputs.argmax(-1))
+                    ),
+                    "latency_ms": round(latency, 1),
+                    "qat_seconds": round(seconds, 1),
+                    "fit_seconds": result["metrics"]["fit_seconds"],
+                },
+                served.argmax(-1),
+            )
+        )
+    return rows
+
+
+def _arrays(dataset, count=None):
+    """`(images, class indices)` of a pipeline of `(images, one-hot labels)` batches."""
+    import numpy as np
+
+    images, labels = [], []
+    for x, y in dataset:
+        images.append(np.asarray(x))
+        labels.append(np.asarray(y).argmax(-1))
+        if count is not None and sum(map(len, images)) >= count:
+            break
+    return np.concatenate(images)[:count], np.concatenate(labels)[:count]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -730,8 +863,29 @@ def main(argv=None):
     tuning.add_argument("--ema", type=float, default=None, help="EMA momentum (default: none)")
     tuning.add_argument("--lora", type=int, default=None, help="LoRA's rank (default: none)")
     tuning.add_argument("--lora-target", default=None, help="default: query,value")
+    quantizing = commands.add_parser(
+        "qat", help="keras-vit finetune --qat beside post-training quantization, per seed"
+    )
+    quantizing.add_argument("float_model", help="a classifier .keras file of the folder's classes")
+    quantizing.add_argument("--mode", choices=("int8", "int8_full"), default="int8_full")
+    quantizing.add_argument("--out", default="real_weights/finetune")
+    quantizing.add_argument("--image-size", type=int, default=112)
+    quantizing.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    quantizing.add_argument("--epochs", type=int, default=1)
+    quantizing.add_argument("--task", default=None, help="the rows' name of the float model")
     args = parser.parse_args(argv)
-    if args.command == "extract":
+    if args.command == "qat":
+        print_gemm_rate()
+        qat(
+            args.out,
+            args.float_model,
+            args.mode,
+            args.image_size,
+            seeds=args.seeds,
+            epochs=args.epochs,
+            task=args.task,
+        )
+    elif args.command == "extract":
         print(extract(args.onnx or installed_onnx_file(), args.out))
     elif args.command == "finetune":
         finetune(

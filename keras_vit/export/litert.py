@@ -21,9 +21,11 @@ import numpy as np
 from keras_vit import _options
 from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
-from keras_vit.export import artefacts, checks, graph, rotation
+from keras_vit.export import artefacts, checks, graph
 from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
+from keras_vit.layers import fake_quantization
 from keras_vit.layers.layer_normalization import variance_from_second_moment
+from keras_vit.models import qat_mode, rotation
 
 QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full", "int16x8")
 # The modes whose activation ranges are calibrated on representative images.
@@ -146,7 +148,15 @@ def _run_converter(tf, converter, quantization):
     return debugger.get_nondebug_quantized_model()
 
 
-def _convert(model, quantization, calibration, allow_flex, image_size=None):
+def _convert(model, quantization, calibration, allow_flex, image_size=None, qat=False):
+    """The flatbuffer of `model` in `quantization`; `qat`: the ranges its fake-quant ops hold.
+
+    A quantization-aware model's graph holds TensorFlow's fake-quant ops,
+    whose ranges the converter takes as the tensors' quantization. In
+    `"int8"` the ops without one stay float32 (no calibration, no denylist);
+    in `"int8_full"` the few without one (the pixel rescaling) are
+    calibrated on `calibration`.
+    """
     import tensorflow as tf
 
     with tempfile.TemporaryDirectory(prefix="keras_vit_tflite_") as directory:
@@ -161,7 +171,7 @@ def _convert(model, quantization, calibration, allow_flex, image_size=None):
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantization == "float16":
             converter.target_spec.supported_types = [tf.float16]
-        elif quantization in CALIBRATED:
+        elif quantization in CALIBRATED and not (qat and quantization == "int8"):
 
             def representative_dataset():
                 for image in calibration:
@@ -181,7 +191,7 @@ def _convert(model, quantization, calibration, allow_flex, image_size=None):
                 warnings.filterwarnings(
                     "ignore", message=r"[\s\S]*tf.lite.Interpreter is deprecated"
                 )
-                return _run_converter(tf, converter, quantization)
+                return converter.convert() if qat else _run_converter(tf, converter, quantization)
         except Exception as error:  # the converter raises its own ConverterError
             if "Select TF" in str(error) or "not supported" in str(error):
                 raise ValueError(
@@ -324,6 +334,13 @@ def tflite(
             int8 scales cannot hold). Models of another layout are converted
             as they are; the metadata's `rotated` says which happened.
 
+    A quantization-aware model (`keras_vit.models.quantization_aware_copy`,
+    `keras-vit finetune --qat`) exported in the mode it trained for keeps
+    what it learned: its rounded weights, and its activations' ranges as the
+    file's quantization (its `"int8"` needs no `representative_data`; its
+    `"int8_full"` calibrates only the pixel rescaling). In another mode it
+    is exported as its float function, with a warning.
+
     Returns:
         dict: `path`, `metadata_path`, `bytes`, `quantization`, `rotated`,
         `op_counts`.
@@ -338,8 +355,17 @@ def tflite(
     quantization = _check_quantization(quantization)
     image_shape, class_names = _checked(model, path, overwrite, image_size, class_names, rotate)
     path = os.fspath(path)
+    trained_for = qat_mode(model)
+    if trained_for is not None and quantization != trained_for:
+        warnings.warn(
+            f"{model.name!r} was trained for LiteRT's {trained_for!r} quantization (qat); "
+            f"exported with quantization={quantization or 'none'!r} it computes its float "
+            "function, without the rounding and the ranges it learned. Export it with "
+            f"quantization={trained_for!r} to keep them.",
+            stacklevel=2,
+        )
     calibration = None
-    if quantization in CALIBRATED:
+    if quantization in CALIBRATED and not (trained_for == quantization == "int8"):
         if representative_data is None:
             raise ValueError(
                 f"{_options.given('quantization', quantization)} needs `representative_data` "
@@ -389,10 +415,22 @@ def _write_tflite(
     model, path, calibration, *, quantization, class_names, allow_flex, image_size, rotate
 ):
     """Converts (the rotated copy, for the int8 modes) and writes the file and its metadata."""
-    rotated = rotate and quantization in ROTATED and not rotation.unrotatable_weights(model)
+    trained_for = qat_mode(model)
+    rotated = (
+        rotate
+        and trained_for is None
+        and quantization in ROTATED
+        and not rotation.unrotatable_weights(model)
+    )
     if rotated:
         model, rotated = _rotated_if_the_same(model, calibration[:2])
-    content = _convert(model, quantization, calibration, allow_flex, image_size)
+    simulated = trained_for is not None and trained_for == quantization
+    with (
+        fake_quantization.simulation_disabled()
+        if trained_for is not None and not simulated
+        else contextlib.nullcontext()
+    ):
+        content = _convert(model, quantization, calibration, allow_flex, image_size, simulated)
     counts = op_counts(content)
     flex = sorted(name for name in counts if name.startswith("Flex") or name == "CUSTOM")
     if flex and not allow_flex:
@@ -406,6 +444,7 @@ def _write_tflite(
         input="float32 (1, height, width, channels), pixels in [0, 255]",
         quantization=quantization or "none",
         rotated=rotated,
+        quantization_aware=trained_for if simulated else None,
     )
     artefacts.write_aside({path: content, metadata_path(path): json.dumps(described, indent=2)})
     return {

@@ -4,6 +4,8 @@ from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.batch_normalization import BatchNormalization
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
+from keras_vit.layers.fake_quantization import ActivationQuantizer
+from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
@@ -25,10 +27,12 @@ from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_block import TransformerBlock
 
 __all__ = [
+    "ActivationQuantizer",
     "AttentionPooling",
     "BatchNormalization",
     "ClassToken",
     "ConvStem",
+    "GeluDense",
     "LayerNormalization",
     "LayerScale",
     "MultiHeadSelfAttention",
@@ -37,6 +41,7 @@ __all__ = [
     "PatchEmbedding",
     "PositionEmbedding",
     "Projection",
+    "QuantizationAwareDense",
     "RegisterTokens",
     "RestoreMaskedTokens",
     "SelectTokens",

@@ -5,7 +5,9 @@ the pre-activation; `keras.ops.gelu` with the fast kernels switched off).
 """
 
 import keras
+from keras import ops
 
+from keras_vit.layers import fake_quantization
 from keras_vit.ops.gelu import gelu
 
 
@@ -22,7 +24,78 @@ def gelu_exact(x):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class GeluDense(keras.layers.Dense):
+class QuantizationAwareDense(keras.layers.Dense):
+    """`keras.layers.Dense` that can simulate LiteRT's int8 rounding (`qat`).
+
+    Without `qat` it is Keras' `Dense`. With it, the kernel is rounded per
+    output channel and the outputs (before the activation; in `"int8"` the
+    inputs too) per tensor, as `layers.fake_quantization` describes: the
+    MLP's second layer and the head of a quantization-aware ViT.
+
+    Args:
+        units: int, the output width.
+        qat: `None`, `"int8"` or `"int8_full"`.
+        round_inputs: bool, whether `"int8"` rounds the inputs (`False`
+            where the layer before rounds its outputs already: one rounding,
+            as in the file).
+        **kwargs: the other arguments of `keras.layers.Dense`.
+
+    Example:
+    >>> layer = QuantizationAwareDense(4, qat="int8")
+    >>> tuple(layer(keras.ops.ones((2, 3))).shape)
+    (2, 4)
+    """
+
+    def __init__(self, units, qat=None, round_inputs=True, **kwargs):
+        super().__init__(units, **kwargs)
+        self.qat = fake_quantization.check_qat(qat)
+        self.round_inputs = round_inputs
+
+    # The layer's quantization points and their kinds (`fake_quantization`).
+    points = {"inputs": "dense_inputs", "outputs": "dense_outputs"}
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        points = {k: v for k, v in self.points.items() if self.round_inputs or k != "inputs"}
+        self.quantizers = fake_quantization.quantizers(self.qat, points)
+        if self.qat is not None:
+            self.output_scale = fake_quantization.add_output_scale(self)
+
+    def call(self, inputs, training=None):
+        if self.qat is None:
+            return super().call(inputs, training=training)
+        inputs = fake_quantization.at_point(self.quantizers, "inputs", inputs, training)
+        kernel, bias = fake_quantization.scaled(self, self.kernel, self.bias)
+        outputs = ops.matmul(inputs, ops.cast(kernel, self.compute_dtype))
+        if bias is not None:
+            outputs = outputs + ops.cast(bias, self.compute_dtype)
+        outputs = fake_quantization.at_point(self.quantizers, "outputs", outputs, training)
+        return outputs if self.activation is None else self.activation(outputs)
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        if self.qat is not None:
+            raise ValueError(
+                f"Layer {self.name!r} simulates LiteRT's {self.qat!r} quantization (qat): "
+                "export it to LiteRT rather than quantizing it in Keras."
+            )
+        # Keras' Dense refuses to quantize subclasses, whose `call` it cannot
+        # vouch for; unsimulated, this one is Dense's.
+        super().quantize(mode, type_check=False, config=config)
+
+    @property
+    def variable_serialization_spec(self):
+        # A quantization-aware layer saves its `output_scale` after its own.
+        spec = dict(super().variable_serialization_spec)
+        if self.qat is not None:
+            spec[None] = [*spec[None], "output_scale"]
+        return spec
+
+    def get_config(self):
+        return {**super().get_config(), "qat": self.qat, "round_inputs": self.round_inputs}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class GeluDense(QuantizationAwareDense):
     """`keras.layers.Dense` followed by `gelu`, which is told `training`.
 
     The MLP's first layer. GELU runs inside this layer's `call` rather than
@@ -35,6 +108,8 @@ class GeluDense(keras.layers.Dense):
         units: int, the output width.
         approximate: bool, the tanh approximation of GELU (`True`) or the
             exact erf form (`False`).
+        qat: `None`, `"int8"` or `"int8_full"`: as `QuantizationAwareDense`,
+            and GELU's outputs rounded per tensor.
         **kwargs: the other arguments of `keras.layers.Dense` (not
             `activation`), e.g. `kernel_initializer` and `name`.
 
@@ -44,22 +119,20 @@ class GeluDense(keras.layers.Dense):
     (2, 8)
     """
 
-    def __init__(self, units, approximate=True, **kwargs):
+    def __init__(self, units, approximate=True, qat=None, **kwargs):
         if "activation" in kwargs:
             raise TypeError(
                 "GeluDense applies GELU itself and takes no `activation`. "
                 f"Received: activation={kwargs['activation']!r}"
             )
-        super().__init__(units, **kwargs)
+        super().__init__(units, qat=qat, **kwargs)
         self.approximate = approximate
 
-    def call(self, inputs, training=None):
-        return gelu(super().call(inputs), self.approximate, training=bool(training))
+    points = {**QuantizationAwareDense.points, "activations": "activations"}
 
-    def quantize(self, mode=None, type_check=True, config=None):
-        # Keras' Dense refuses to quantize subclasses, whose `call` it cannot
-        # vouch for; this one is Dense's, then GELU (see `quantized_call`).
-        super().quantize(mode, type_check=False, config=config)
+    def call(self, inputs, training=None):
+        outputs = gelu(super().call(inputs, training=training), self.approximate, bool(training))
+        return fake_quantization.at_point(self.quantizers, "activations", outputs, training)
 
     def quantized_call(self, inputs, training=None):
         # After `quantize()` Keras calls this instead of `call`.

@@ -5,6 +5,7 @@ import contextlib
 import keras
 from keras import ops
 
+from keras_vit.layers import fake_quantization
 from keras_vit.ops.layer_norm import layer_norm
 from keras_vit.ops.switch import fast_kernels_enabled
 
@@ -50,6 +51,14 @@ class LayerNormalization(keras.layers.LayerNormalization):
     Computes in at least float32, as Keras' layer does.
 
     Args:
+        qat: `None`, `"int8"` or `"int8_full"`: the LiteRT mode that training
+            simulates (`layers.fake_quantization`). The layer then
+            normalises only, without `gamma` and `beta` (a
+            quantization-aware ViT has them folded into the layers that read
+            its output, as the converter would fold them), and with
+            `"int8_full"` it rounds each step as LiteRT computes it: the
+            mean, the centred values, their squares, the variance, the
+            variance plus epsilon, its inverse square root, the output.
         **kwargs: the arguments of `keras.layers.LayerNormalization`, e.g.
             `epsilon`, `name` and `dtype`.
 
@@ -58,6 +67,43 @@ class LayerNormalization(keras.layers.LayerNormalization):
     >>> tuple(norm(keras.ops.ones((2, 5, 16))).shape)
     (2, 5, 16)
     """
+
+    # The steps that "int8_full" rounds, in the order they are computed.
+    points = {
+        name: "steps"
+        for name in (
+            "mean",
+            "centered",
+            "squared",
+            "variance",
+            "shifted_variance",
+            "inverse_std",
+            "normalized",
+        )
+    }
+
+    def __init__(self, qat=None, **kwargs):
+        qat = fake_quantization.check_qat(qat)
+        if qat is not None:
+            kwargs.update(center=False, scale=False)
+        super().__init__(**kwargs)
+        self.qat = qat
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self.quantizers = fake_quantization.quantizers(self.qat, self.points)
+
+    def _quantization_aware_call(self, inputs, training):
+        def point(name, x):
+            return fake_quantization.at_point(self.quantizers, name, x, training)
+
+        x = ops.cast(inputs, "float32")
+        mean = point("mean", ops.mean(x, axis=-1, keepdims=True))
+        centered = point("centered", x - mean)
+        variance = point("variance", ops.mean(point("squared", centered * centered), -1, True))
+        shifted = point("shifted_variance", variance + self.epsilon)
+        outputs = point("normalized", centered * point("inverse_std", ops.rsqrt(shifted)))
+        return ops.cast(outputs, self.compute_dtype)
 
     def _normalises_last_axis(self, inputs):
         rank = len(inputs.shape)
@@ -78,7 +124,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
         outputs = outputs * ops.cast(self.gamma, dtype) + ops.cast(self.beta, dtype)
         return ops.cast(outputs, self.compute_dtype)
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
+        if self.qat is not None:
+            return self._quantization_aware_call(inputs, training)
         if _SECOND_MOMENT and self._normalises_last_axis(inputs):
             return self._second_moment_call(inputs)
         if not self._runs_closed_form(inputs):
@@ -90,3 +138,6 @@ class LayerNormalization(keras.layers.LayerNormalization):
             inputs, ops.cast(self.gamma, dtype), ops.cast(self.beta, dtype), self.epsilon
         )
         return ops.cast(outputs, self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "qat": self.qat}

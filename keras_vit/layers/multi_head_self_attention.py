@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import fake_quantization
 from keras_vit.layers.projection import Projection
 from keras_vit.ops.attention import fused_attention, fused_attention_kernel_available
 from keras_vit.ops.switch import fast_kernels_enabled
@@ -84,6 +85,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             `"glorot_uniform"` (Xavier uniform, as in the reference).
         bias_initializer: initializer of the biases. Defaults to `"zeros"`.
         seed: int, seed of the attention dropout.
+        qat: `None`, `"int8"` or `"int8_full"`: the LiteRT mode that training
+            simulates (`layers.fake_quantization`), in the projections, the
+            probabilities and the context and, with `"int8_full"`, in the
+            scaled query and the logits.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -115,9 +120,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         seed=None,
+        qat=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qat = fake_quantization.check_qat(qat)
         if not isinstance(num_heads, int) or num_heads < 1:
             raise ValueError(
                 f"`num_heads` must be a positive int. Received: num_heads={num_heads!r}"
@@ -148,7 +155,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.head_dim = hidden_dim // self.num_heads
         heads = (self.num_heads, self.head_dim)
 
-        def projection(equation, output_shape, bias_axes, kernel_shape, name):
+        def projection(equation, output_shape, bias_axes, kernel_shape, name, **options):
             return Projection(
                 equation,
                 output_shape,
@@ -157,16 +164,32 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                     self.kernel_initializer, hidden_dim, hidden_dim, kernel_shape
                 ),
                 bias_initializer=fresh_initializer(self.bias_initializer),
+                qat=self.qat,
                 name=name,
                 dtype=self.dtype_policy,
+                **options,
             )
 
         # (D, 3, heads, head_dim): q, k and v stacked on axis 1.
         self.qkv = projection("ab,bcde->acde", (3, *heads), "cde", (hidden_dim, 3, *heads), "qkv")
         self.qkv.build((None, hidden_dim))
         # (heads, head_dim, D).
-        self.out = projection("abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out")
+        # (Its inputs, the context, are rounded by the attention.)
+        self.out = projection(
+            "abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out", round_inputs=False
+        )
         self.out.build((None, *heads))
+        # LiteRT's "int8" computes the probabilities-value product in int8
+        # too: its operands and its consumer are.
+        self.quantizers = fake_quantization.quantizers(
+            self.qat,
+            {
+                "scaled_query": "steps",
+                "logits": "steps",
+                "probabilities": "activations",
+                "context": "activations",
+            },
+        )
 
     def load_own_variables(self, store):
         # Files of the earlier layout hold the projections' variables in this
@@ -186,10 +209,15 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, inputs, training=None, return_attention_scores=False):
         query, key, value = self.project(inputs)
         use_dropout = bool(training) and self.dropout > 0
-        explicit = return_attention_scores or use_dropout
+        explicit = return_attention_scores or use_dropout or self.qat is not None
         if explicit or not (fast_kernels_enabled() and fused_attention_kernel_available()):
             context, scores = self.attend(
-                query, key, value, use_dropout, full_precision=return_attention_scores
+                query,
+                key,
+                value,
+                use_dropout,
+                full_precision=return_attention_scores,
+                training=training,
             )
         else:
             context = fused_attention(query, key, value)
@@ -219,7 +247,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         outputs = self.out(ops.reshape(context, (-1, self.num_heads, self.head_dim)))
         return ops.reshape(outputs, (-1, num_tokens, self.hidden_dim))
 
-    def attend(self, query, key, value, use_dropout=False, full_precision=False, key_bias=None):
+    def attend(
+        self,
+        query,
+        key,
+        value,
+        use_dropout=False,
+        full_precision=False,
+        key_bias=None,
+        training=None,
+    ):
         """Attention as two batched matmuls over heads; also the probabilities.
 
         Takes and returns `(batch, tokens, heads, head_dim)`; the
@@ -229,21 +266,28 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         mixed precision (for returned scores); otherwise in the compute
         dtype and the softmax in float32, as the fused op does. `key_bias`
         (`(batch, keys)`, float32) is added to the logits of every query.
+        A quantization-aware layer (`qat="int8_full"`) rounds the scaled
+        query, the logits, the probabilities and the context (`training`
+        moves their ranges).
         """
+
+        def point(name, x):
+            return fake_quantization.at_point(self.quantizers, name, x, training)
+
         if full_precision:
             query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
-        query = ops.transpose(query * self.head_dim**-0.5, (0, 2, 1, 3))
+        query = ops.transpose(point("scaled_query", query * self.head_dim**-0.5), (0, 2, 1, 3))
         logits = ops.cast(ops.matmul(query, ops.transpose(key, (0, 2, 3, 1))), "float32")
         if key_bias is not None:  # (batch, keys): added to every head's and query's logits
             logits = logits + key_bias[:, None, None, :]
-        scores = ops.softmax(logits, axis=-1)
+        scores = point("probabilities", ops.softmax(point("logits", logits), axis=-1))
         probabilities = scores
         if use_dropout:
             probabilities = keras.random.dropout(scores, self.dropout, seed=self.seed_generator)
         context = ops.matmul(
             ops.cast(probabilities, value.dtype), ops.transpose(value, (0, 2, 1, 3))
         )
-        return ops.transpose(context, (0, 2, 1, 3)), scores
+        return ops.transpose(point("context", context), (0, 2, 1, 3)), scores
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
@@ -261,6 +305,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "seed": self.seed,
+                "qat": self.qat,
             }
         )
         return config

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import fake_quantization
+
 
 def _pair(value, name):
     """`16` -> `(16, 16)`; `(14, 16)` stays; anything else is an error."""
@@ -106,6 +108,9 @@ class PatchEmbedding(keras.layers.Layer):
         pad_to_patches: bool, whether images of sides that are not multiples
             of the patch size are zero-padded on the right and bottom to
             whole patches (`True`) or refused (`False`, the default).
+        qat: `None`, `"int8"` or `"int8_full"`: the LiteRT mode that training
+            simulates (`layers.fake_quantization`): the kernel rounded per
+            output channel, the images and the outputs per tensor.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -136,9 +141,11 @@ class PatchEmbedding(keras.layers.Layer):
         bias_initializer="zeros",
         flatten=True,
         pad_to_patches=False,
+        qat=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qat = fake_quantization.check_qat(qat)
         self.patch_size = _pair(patch_size, "patch_size")
         if not isinstance(hidden_dim, int) or hidden_dim < 1:
             raise ValueError(
@@ -180,8 +187,11 @@ class PatchEmbedding(keras.layers.Layer):
             if self.use_bias
             else None
         )
+        self.quantizers = fake_quantization.quantizers(
+            self.qat, {"inputs": "activations", "outputs": "dense_outputs"}
+        )
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         size = tuple(ops.shape(inputs)[1:3])
         if self.pad_to_patches:
             # Sides known or not (a TensorFlow graph of any size), the same op.
@@ -197,15 +207,21 @@ class PatchEmbedding(keras.layers.Layer):
             # ONNX, sees its sides as tensors too: TensorFlow's check would
             # turn its images into a constant.)
             inputs = _checked_multiple(inputs, size, self.patch_size)
+        kernel = self.kernel
+        if self.quantizers:
+            inputs = fake_quantization.at_point(self.quantizers, "inputs", inputs, training)
+            if fake_quantization.simulating():
+                kernel = fake_quantization.fake_quantized_kernel(kernel, (0, 1, 2))
         x = ops.conv(
             inputs,
-            self.kernel,
+            kernel,
             strides=self.patch_size,
             padding="valid",
             data_format="channels_last",  # whatever the global image format
         )
         if self.bias is not None:
             x = x + self.bias
+        x = fake_quantization.at_point(self.quantizers, "outputs", x, training)
         if not self.flatten:
             return x
         return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_dim))
@@ -228,6 +244,7 @@ class PatchEmbedding(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
                 "flatten": self.flatten,
                 "pad_to_patches": self.pad_to_patches,
+                "qat": self.qat,
             }
         )
         return config

@@ -6,6 +6,8 @@ import re
 import keras
 from keras import ops
 
+from keras_vit.layers import fake_quantization
+
 # `a<contracted>,<contracted><kept>-><a><kept>`: every non-batch axis of the
 # inputs is contracted, and the outputs keep the kernel's other axes.
 _FLAT_EQUATION = re.compile(r"a([b-z]+),\1([b-z]+)->a\2")
@@ -31,6 +33,12 @@ class Projection(keras.layers.EinsumDense):
             contracted (`"ab,bcde->acde"`, `"abc,bcd->ad"`).
         output_shape: the shape of the kept axes (`(3, heads, head_dim)`).
         bias_axes: `None`, or all of the kept axes (`"cde"`).
+        qat: `None`, or the LiteRT mode that training simulates (`"int8"`,
+            `"int8_full"`; see `layers.fake_quantization`): the kernel
+            rounded per output channel, the outputs (and in `"int8"` the
+            inputs) per tensor.
+        round_inputs: bool, whether `"int8"` rounds the inputs (`False`
+            where the layer before rounds its outputs already).
         **kwargs: the other arguments of `keras.layers.EinsumDense`.
 
     Example:
@@ -40,7 +48,9 @@ class Projection(keras.layers.EinsumDense):
     (3, 2, 4)
     """
 
-    def __init__(self, equation, output_shape, bias_axes=None, **kwargs):
+    def __init__(
+        self, equation, output_shape, bias_axes=None, qat=None, round_inputs=True, **kwargs
+    ):
         match = _FLAT_EQUATION.fullmatch(equation)
         if match is None or bias_axes not in (None, match.group(2)):
             raise ValueError(
@@ -49,20 +59,38 @@ class Projection(keras.layers.EinsumDense):
                 f"Received: equation={equation!r}, bias_axes={bias_axes!r}"
             )
         super().__init__(equation, output_shape, bias_axes=bias_axes, **kwargs)
+        self.qat = fake_quantization.check_qat(qat)
+        self.round_inputs = round_inputs
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        points = {"outputs": "dense_outputs"}
+        if self.round_inputs:
+            points["inputs"] = "dense_inputs"
+        self.quantizers = fake_quantization.quantizers(self.qat, points)
+        if self.qat is not None:
+            self.output_scale = fake_quantization.add_output_scale(self)
 
     def call(self, inputs, training=None):
         width = math.prod(inputs.shape[1:])
         inputs = ops.reshape(inputs, (-1, width))
+        if self.quantizers:
+            inputs = fake_quantization.at_point(self.quantizers, "inputs", inputs, training)
+        bias = None if self.bias is None else ops.reshape(self.bias, (-1,))
         if self.lora_slots is None:
-            outputs = ops.matmul(inputs, ops.reshape(self.kernel, (width, -1)))
+            kernel = ops.reshape(self.kernel, (width, -1))
+            if self.qat is not None:
+                kernel, bias = fake_quantization.scaled(self, kernel, bias)
+            outputs = ops.matmul(inputs, kernel)
         else:
             # The frozen kernel and the adapters apart: a step then needs no
             # gradient of the whole kernel, only of the thin factors.
             frozen = ops.cast(self._kernel, self.compute_dtype)
             outputs = ops.matmul(inputs, ops.reshape(frozen, (width, -1)))
             outputs = outputs + self._lora_outputs(inputs)
-        if self.bias is not None:
-            outputs = outputs + ops.reshape(self.bias, (-1,))
+        if bias is not None:
+            outputs = outputs + bias
+        outputs = fake_quantization.at_point(self.quantizers, "outputs", outputs, training)
         return ops.reshape(outputs, (-1, *self.partial_output_shape))
 
     # LoRA on chosen slots of the kernel's axis 1 (`enable_lora(..., slots=)`).
@@ -155,6 +183,17 @@ class Projection(keras.layers.EinsumDense):
                 "(`keras_vit.models.merge_lora`)."
             )
         super().quantize(mode, type_check=False, config=config)
+
+    @property
+    def variable_serialization_spec(self):
+        # A quantization-aware layer saves its `output_scale` after its own.
+        spec = dict(super().variable_serialization_spec)
+        if self.qat is not None:
+            spec[None] = [*spec[None], "output_scale"]
+        return spec
+
+    def get_config(self):
+        return {**super().get_config(), "qat": self.qat, "round_inputs": self.round_inputs}
 
     def assign_loaded(self, kernel, bias=None):
         """Sets the variables from a file that held them in the parent layer's own.

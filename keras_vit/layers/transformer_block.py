@@ -5,7 +5,8 @@ import contextlib
 import keras
 from keras import ops
 
-from keras_vit.layers.gelu_dense import GeluDense
+from keras_vit.layers import fake_quantization
+from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
@@ -51,6 +52,9 @@ class TransformerBlock(keras.layers.Layer):
             more compute). The gradients are the same: the random draws of
             dropout and stochastic depth are made once per step, outside
             the recomputed function, and replayed in it.
+        qat: `None`, `"int8"` or `"int8_full"`: the LiteRT mode that training
+            simulates (`layers.fake_quantization`), in every sublayer and,
+            with `"int8_full"`, in the two residual additions.
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -84,9 +88,11 @@ class TransformerBlock(keras.layers.Layer):
         mlp_bias_initializer=None,
         seed=None,
         remat=False,
+        qat=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qat = fake_quantization.check_qat(qat)
         if not isinstance(mlp_dim, int) or mlp_dim < 1:
             raise ValueError(f"`mlp_dim` must be a positive int. Received: mlp_dim={mlp_dim!r}")
         for name, rate in (
@@ -117,8 +123,9 @@ class TransformerBlock(keras.layers.Layer):
             return None if seed is None else seed + offset
 
         common = {"dtype": self.dtype_policy}
+        simulated = {"qat": self.qat}
         self.attention_norm = LayerNormalization(
-            epsilon=layer_norm_epsilon, name="attention_norm", **common
+            epsilon=layer_norm_epsilon, name="attention_norm", **simulated, **common
         )
         self.attention = MultiHeadSelfAttention(
             num_heads,
@@ -127,9 +134,12 @@ class TransformerBlock(keras.layers.Layer):
             kernel_initializer=kernel_initializer,
             seed=sublayer_seed(1),
             name="attention",
+            **simulated,
             **common,
         )
-        self.mlp_norm = LayerNormalization(epsilon=layer_norm_epsilon, name="mlp_norm", **common)
+        self.mlp_norm = LayerNormalization(
+            epsilon=layer_norm_epsilon, name="mlp_norm", **simulated, **common
+        )
         # GELU inside the Dense: TensorFlow then fuses it into the matmul at
         # inference; its backward pass keeps only the pre-activation and is
         # XLA-compiled on TensorFlow (see `layers/gelu.py`).
@@ -139,6 +149,7 @@ class TransformerBlock(keras.layers.Layer):
             kernel_initializer=fresh_initializer(self.kernel_initializer),
             bias_initializer=fresh_initializer(self.mlp_bias_initializer),
             name="mlp_dense_1",
+            **simulated,
             **common,
         )
         self.mlp_dense_2 = None  # its width is known in build()
@@ -162,12 +173,16 @@ class TransformerBlock(keras.layers.Layer):
                 "(batch, num_tokens, hidden_dim) with a known hidden_dim. "
                 f"Received: input_shape={tuple(input_shape)}"
             )
-        self.mlp_dense_2 = keras.layers.Dense(
+        # (A quantization-aware block's rounds; the plain one is Keras' own.)
+        dense = keras.layers.Dense if self.qat is None else QuantizationAwareDense
+        self.mlp_dense_2 = dense(
             hidden_dim,
             kernel_initializer=fresh_initializer(self.kernel_initializer),
             bias_initializer=fresh_initializer(self.mlp_bias_initializer),
             name="mlp_dense_2",
             dtype=self.dtype_policy,
+            # (Its inputs, GELU's outputs, are rounded by `mlp_dense_1`.)
+            **({} if self.qat is None else {"qat": self.qat, "round_inputs": False}),
         )
         self.attention_norm.build(input_shape)
         self.attention.build(input_shape)
@@ -177,6 +192,9 @@ class TransformerBlock(keras.layers.Layer):
         for scale in (self.attention_scale, self.mlp_scale):
             if scale is not None:
                 scale.build(input_shape)
+        self.quantizers = fake_quantization.quantizers(
+            self.qat, {"attention_residual": "steps", "mlp_residual": "steps"}
+        )
 
     def _residual(self, branch, scale, training):
         if scale is not None:
@@ -214,6 +232,7 @@ class TransformerBlock(keras.layers.Layer):
             x, scores = x
         x = self.dropout(x, training=training)
         x = inputs + self._residual(x, self.attention_scale, training)
+        x = fake_quantization.at_point(self.quantizers, "attention_residual", x, training)
 
         # The MLP sees (batch * tokens, width) matrices: on TensorFlow a
         # plain MatMul takes the bias and GELU into one oneDNN kernel, where a
@@ -222,10 +241,11 @@ class TransformerBlock(keras.layers.Layer):
         y = self.mlp_norm(ops.reshape(x, (-1, width)))
         y = self.mlp_dense_1(y, training=training)
         y = self.dropout(y, training=training)
-        y = self.mlp_dense_2(y)
+        y = self.mlp_dense_2(y, training=training)
         y = self.dropout(y, training=training)
         y = ops.reshape(y, (-1, num_tokens, width))
         outputs = x + self._residual(y, self.mlp_scale, training)
+        outputs = fake_quantization.at_point(self.quantizers, "mlp_residual", outputs, training)
         if return_attention_scores:
             return outputs, scores
         return outputs
@@ -253,6 +273,7 @@ class TransformerBlock(keras.layers.Layer):
                 "mlp_bias_initializer": keras.initializers.serialize(self.mlp_bias_initializer),
                 "seed": self.seed,
                 "remat": self.remat,
+                "qat": self.qat,
             }
         )
         return config

@@ -189,6 +189,17 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
             checkpointing: a training step holds one block's activations
             instead of all of them, for about a third more compute); the
             gradients are the same. Inference is unchanged.
+        qat: `None`, `"int8"` or `"int8_full"`: quantization-aware training
+            for LiteRT. The model computes with the rounding that
+            `keras_vit.export.tflite(..., quantization=qat)` will apply
+            (int8 weights per output channel, int8 activations per tensor
+            at the points that mode quantizes, their ranges tracked in
+            training; `layers.fake_quantization`), and its LayerNorms only
+            normalise (their scale and offset folded into the layers that
+            read them). Made from a float model by
+            `keras_vit.models.quantization_aware_copy`, which folds and
+            calibrates; needs the plain layout: no stem, LayerScale,
+            `pre_logits`, distillation token or attention pooling.
         name: str, the model's name.
         trainable: bool, whether the model's weights are trained.
         dtype: `None` (the global dtype policy) or a dtype policy (e.g.
@@ -255,6 +266,7 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
         resample_method="bicubic",
         seed=None,
         remat=False,
+        qat=None,
         name="vision_transformer",
         trainable=True,
         dtype=None,
@@ -532,6 +544,24 @@ def _plan(arguments):
             "`num_register_tokens` must be an int >= 0. "
             f"Received: num_register_tokens={registers!r}"
         )
+    vit_layers.fake_quantization.check_qat(a["qat"])
+    unsimulated = [
+        name
+        for name, used in (
+            ("stem_filters", a["stem_filters"] is not None),
+            ("layer_scale_init", a["layer_scale_init"] is not None),
+            ("representation_size", bool(a["representation_size"])),
+            ("distillation_token", a["distillation_token"]),
+            ("pooling", pooling == "map"),
+        )
+        if used
+    ]
+    if a["qat"] is not None and unsimulated:
+        raise ValueError(
+            f"qat={a['qat']!r} simulates the plain ViT layout; "
+            + ", ".join(f"{name}={a[name]!r}" for name in unsimulated)
+            + " has layers it does not simulate."
+        )
     classes = a["classes"]
     if include_top and (not isinstance(classes, int) or classes < 1):
         raise ValueError(f"`classes` must be a positive int. Received: classes={classes!r}")
@@ -572,19 +602,26 @@ def _embed(images, arguments, plan):
             width,
             flatten=False,
             pad_to_patches=a["pad_to_patches"],
+            qat=a["qat"],
             name="patch_embedding",
         )(x)
         x = keras.layers.Reshape((-1, width), name="patch_tokens")(patches)
     else:
         x = vit_layers.PatchEmbedding(
-            a["patch_size"], width, pad_to_patches=a["pad_to_patches"], name="patch_embedding"
+            a["patch_size"],
+            width,
+            pad_to_patches=a["pad_to_patches"],
+            qat=a["qat"],
+            name="patch_embedding",
         )(x)
     # Token order: class, distillation, registers, patches. Registers come
     # after the position embeddings, which they have none of.
     if a["distillation_token"]:
         x = vit_layers.ClassToken(name="distillation_token")(x)
     if a["class_token"]:
+        # (LiteRT's concatenation takes the patches' int8 scale in both modes.)
         x = vit_layers.ClassToken(name="class_token")(x)
+        x = _rounded(x, a["qat"], "class_token", "activations")
     num_embedded_prefix = int(a["class_token"]) + int(a["distillation_token"])
     x = vit_layers.PositionEmbedding(
         plan.grid_size,
@@ -593,6 +630,7 @@ def _embed(images, arguments, plan):
         resample_method=a["resample_method"],
         name="position_embedding",
     )(x, grid=patches)
+    x = _rounded(x, a["qat"], "position_embedding", "steps")
     if a["num_register_tokens"]:
         x = vit_layers.RegisterTokens(
             a["num_register_tokens"], index=num_embedded_prefix, name="register_tokens"
@@ -625,11 +663,18 @@ def _encode(tokens, arguments, remat_scope):
             layer_norm_epsilon=a["layer_norm_epsilon"],
             seed=_sublayer_seed(a, 10 * (index + 1)),
             remat=a["remat"] or _block_remat(remat_scope, f"encoderblock_{index}", tokens),
+            qat=a["qat"],
             name=f"encoderblock_{index}",
         )(tokens)
-    return vit_layers.LayerNormalization(epsilon=a["layer_norm_epsilon"], name="encoder_norm")(
-        tokens
-    )
+    return vit_layers.LayerNormalization(
+        epsilon=a["layer_norm_epsilon"], qat=a["qat"], name="encoder_norm"
+    )(tokens)
+
+
+def _rounded(x, qat, name, kind):
+    """`x` through the quantization point `name` (tokens between layers) if mode `qat` has it."""
+    made = vit_layers.fake_quantization.quantizers(qat, {name: kind})
+    return made[name](x) if made else x
 
 
 def _block_remat(scope, name, tokens):
@@ -667,18 +712,22 @@ def _head(tokens, arguments, num_prefix_tokens):
         x = vit_layers.TokenPooling(mode, num_prefix_tokens=num_prefix_tokens, name="pooling")(
             tokens
         )
+        if mode != "token":  # (a slice keeps its input's scale; a mean or a max has its own)
+            x = _rounded(x, a["qat"], "pooling", "steps")
     if pooling is not None and a["representation_size"]:
         x = keras.layers.Dense(a["representation_size"], activation="tanh", name="pre_logits")(x)
     if not a["include_top"]:
         return x
     classes, activation = a["classes"], a["classifier_activation"]
     if not a["distillation_token"]:
-        return keras.layers.Dense(
+        head = keras.layers.Dense if a["qat"] is None else vit_layers.QuantizationAwareDense
+        return head(
             classes,
             activation=activation,
             kernel_initializer="zeros",
             name="head",
             dtype=_head_dtype_policy("head"),
+            **({} if a["qat"] is None else {"qat": a["qat"]}),
         )(x)
     distilled = vit_layers.TokenPooling(
         "token", num_prefix_tokens=num_prefix_tokens, token_index=1, name="distillation_pooling"

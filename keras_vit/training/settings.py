@@ -188,6 +188,13 @@ def _check_lora_target(value):
         check_targets(lora_targets(value), "lora_target")
 
 
+def _check_qat(value):
+    if value is not None:
+        from keras_vit.layers.fake_quantization import check_qat
+
+        check_qat(value)
+
+
 def lora_targets(value):
     """The projections named by a `lora_target` setting (`"query,value"`), as a tuple."""
     return tuple(name.strip() for name in value.split(","))
@@ -315,6 +322,10 @@ def _adapting(settings):
     return settings.lora is not None
 
 
+def _quantizing(settings):
+    return settings.qat is not None
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainingSettings(RunSettings):
     """The settings of `keras_vit.training.train` (`keras-vit train` and `finetune`).
@@ -420,6 +431,17 @@ class TrainingSettings(RunSettings):
         metavar="NAMES",
         recorded=_adapting,
         check=_check_lora_target,
+    )
+    qat: str = setting(
+        None,
+        "quantization-aware fine-tuning for LiteRT: train with the int8 rounding of "
+        "`keras-vit export --quantize MODE` in the forward pass (from a fine-tuned model or a "
+        "checkpoint of the plain ViT layout); model.keras then exports in MODE with the ranges "
+        "it learned",
+        choices=("int8", "int8_full"),
+        metavar="MODE",
+        recorded=_quantizing,
+        check=_check_qat,
     )
     teacher: str = setting(
         None,

@@ -198,6 +198,7 @@ def _check(settings, log):
     architecture, settings, channels = _architecture(settings)
     _check_distillation_token(settings, architecture)
     _check_lora(settings, architecture)
+    _check_qat(settings, architecture)
     check_training_layout(settings.dataset, settings.validation_split)
     teacher = None
     if settings.teacher is not None:
@@ -332,6 +333,40 @@ def _check_lora(settings, architecture):
         )
 
 
+def _check_qat(settings, architecture):
+    """Quantization-aware training: of a float model of the plain layout, alone."""
+    if settings.qat is None:
+        return
+    given = _options.given("qat", settings.qat)
+    if settings.weights is None:
+        raise ValueError(
+            f"{given} fine-tunes a float model for LiteRT: name it (a fine-tuned .keras, or a "
+            f"checkpoint) with {_options.name('weights')}."
+        )
+    for other in ("lora", "teacher"):
+        if getattr(settings, other) is not None:
+            raise ValueError(
+                f"{given} trains every weight with LiteRT's rounding; it does not combine with "
+                f"{_options.given(other, getattr(settings, other))}."
+            )
+    plain = {
+        "stem_filters": architecture.get("stem_filters") is None,
+        "representation_size": not architecture.get("representation_size"),
+        "distillation_token": not architecture.get("distillation_token"),
+        "class_token": architecture.get("class_token", True),
+        "position_embedding": architecture.get("position_embedding", "learned") == "learned",
+        "pooling": architecture.get("pooling") in (None, "token"),
+    }
+    unsimulated = [f"{name}={architecture.get(name)!r}" for name, is_plain in plain.items()]
+    unsimulated = [given for given, is_plain in zip(unsimulated, plain.values()) if not is_plain]
+    if unsimulated:
+        raise ValueError(
+            f"{given} simulates the plain ViT layout (class token, learned position "
+            f"embeddings, patches of pixels, a linear head); {settings.weights!r} has "
+            f"{', '.join(unsimulated)}."
+        )
+
+
 def _teacher_name(settings):
     return f"The teacher {str(settings.teacher)!r}"
 
@@ -432,6 +467,8 @@ def _model(job, data):
             name = settings.model
         if settings.lora is not None:
             network.enable_lora(settings.lora, target=lora_targets(settings.lora_target))
+        if settings.qat is not None:
+            network = _quantization_aware(job, data, network)
         trained = network
         if job.teacher is not None:
             from keras_vit.training.distillation import Distiller
@@ -465,32 +502,80 @@ def _model(job, data):
     return network, trained
 
 
-def _fit(job, data, network, trained, verbose):
-    """A fine-tune's new head first (not on resuming), then `fit` with checkpoints."""
+def _quantization_aware(job, data, network):
+    """The QAT copy of the float `network` (its new head fitted first), ranges calibrated.
+
+    Calibrated on the first training images (no augmentation); a resumed
+    run's copy then takes every weight and range from its checkpoint.
+    """
+    import numpy as np
+
+    from keras_vit.models.quantization_aware import (
+        MIN_CALIBRATION_IMAGES,
+        quantization_aware_copy,
+    )
+
+    _fit_new_heads(job, data, network)
+    batches, count = [], 0
+    for images, _ in _training_images(job, data):
+        batches.append(np.asarray(images))
+        count += len(batches[-1])
+        if count >= CALIBRATION_IMAGES:
+            break
+    calibration = np.concatenate(batches)[:CALIBRATION_IMAGES]
+    if len(calibration) < MIN_CALIBRATION_IMAGES:
+        raise ValueError(
+            f"{_options.given('qat', job.settings.qat)} calibrates its ranges on at least "
+            f"{MIN_CALIBRATION_IMAGES} training images; {job.settings.dataset!r} has "
+            f"{len(calibration)}."
+        )
+    copy = quantization_aware_copy(network, job.settings.qat, calibration)
+    job.run.log(
+        f"quantization-aware: LiteRT {job.settings.qat} simulated (its residual stream "
+        f"rotated, norms folded), ranges calibrated on {len(calibration)} training images"
+    )
+    return copy
+
+
+# The training images that set a quantization-aware run's first ranges.
+CALIBRATION_IMAGES = 256
+
+
+def _training_images(job, data, **options):
     from keras_vit import data as vit_data
 
     settings = job.settings
+    return vit_data.load(
+        settings.dataset,
+        "train",
+        batch_size=settings.batch_size,
+        limit=settings.limit,
+        **data.options,
+        **options,
+    ).data
 
-    def images(**options):
-        return vit_data.load(
-            settings.dataset,
-            "train",
-            batch_size=settings.batch_size,
-            limit=settings.limit,
-            **data.options,
-            **options,
-        ).data
 
-    if settings.weights is not None and job.recipe.head_first and not job.run.resuming:
-        from keras_vit.training.finetuning import fit_new_heads
+def _fit_new_heads(job, data, network):
+    """A fine-tune's new head, fitted on the frozen features (not on resuming), once."""
+    settings = job.settings
+    if settings.weights is None or not job.recipe.head_first or job.run.resuming:
+        return
+    from keras_vit.training.finetuning import fit_new_heads
 
-        with job.plan.scope():
-            fit_new_heads(network, images(), log=job.run.log)
+    with job.plan.scope():
+        fit_new_heads(network, _training_images(job, data), log=job.run.log)
+
+
+def _fit(job, data, network, trained, verbose):
+    """A fine-tune's new head first (not on resuming), then `fit` with checkpoints."""
+    settings = job.settings
+    if settings.qat is None:  # (a quantization-aware run's was fitted before its copy)
+        _fit_new_heads(job, data, network)
 
     def statistics_data():
         # Every training image alike (no crop, flip or mixing), in one
         # shuffled order each time; the same images on every worker.
-        return images(training=True, crop_scale=None, flip=False)
+        return _training_images(job, data, training=True, crop_scale=None, flip=False)
 
     with job.plan.scope():
         return job.run.fit(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.export.rotation import rotated_copy, unrotatable_weights
+from keras_vit.models.rotation import rotated_copy, unrotatable_weights
 from tests.conftest import BACKEND, TINY, randomize_weights
 
 # Every layout the rewrite knows, as pretrained files bring them.
@@ -103,7 +103,7 @@ def test_int8_tflite_of_a_model_with_an_outlier_channel_is_closer_to_keras_rotat
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="the conversion runs on TensorFlow")
 def test_a_rotated_copy_that_changes_the_answers_is_not_quantised(tmp_path, monkeypatch):
-    from keras_vit.export import rotation
+    from keras_vit.models import rotation
 
     model = with_outlier_channel(
         keras_vit.VisionTransformer(**{**TINY, "classifier_activation": None})

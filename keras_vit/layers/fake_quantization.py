@@ -1,0 +1,283 @@
+"""Fake quantization: the training graph of a model that LiteRT will run in int8.
+
+Quantization-aware training (QAT) puts into the forward pass the rounding
+that LiteRT's converter will apply, so that training learns weights that
+survive it: per-output-channel symmetric int8 weights (`fake_quantized_kernel`)
+and per-tensor asymmetric int8 activations at the points the converter
+quantizes (`ActivationQuantizer`, one per point, its range tracked during
+training). Gradients pass straight through the rounding and are zero where
+a value is clipped.
+
+The two modes are those of `keras_vit.export.tflite`:
+
+- `"int8"`: the inputs and outputs of every convolution and Dense layer
+  (everything else stays float32 in the file);
+- `"int8_full"`: every op's output (integer-only files): besides those, the
+  steps of LayerNorm, the attention's scaled query, logits, probabilities and
+  context, GELU's output, the residual additions and the token sequence.
+
+On TensorFlow at inference an activation's rounding is TensorFlow's own
+`FakeQuantWithMinMaxVars` op: the LiteRT converter reads its range and uses
+it as the tensor's quantization, which is how the learned ranges reach the
+file. Everywhere else it is the same arithmetic in `keras.ops` (TensorFlow's
+nudging of the range to an integer zero point, its rounding).
+"""
+
+import contextlib
+import contextvars
+
+import keras
+from keras import ops
+
+QAT_MODES = ("int8", "int8_full")
+# The kinds of quantization point that each mode quantizes: a Dense layer's
+# inputs only where the op before it is float (the "int8" mode).
+_KINDS = {
+    "int8": {"dense_inputs", "dense_outputs", "activations"},
+    "int8_full": {"dense_outputs", "activations", "steps"},
+}
+# A softmax's int8 output in LiteRT: scale 1/256, zero point -128.
+SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
+
+_CALIBRATING = contextvars.ContextVar("keras_vit_calibrating", default=False)
+_SIMULATING = contextvars.ContextVar("keras_vit_simulating", default=True)
+
+
+def check_qat(qat, argument="qat"):
+    """`qat` if it is `None` or a mode of `QAT_MODES`; a `ValueError` naming `argument` if not."""
+    if qat is not None and qat not in QAT_MODES:
+        raise ValueError(
+            f"`{argument}` must be None or one of {', '.join(map(repr, QAT_MODES))} (the LiteRT "
+            f"mode that training simulates). Received: {argument}={qat!r}"
+        )
+    return qat
+
+
+@contextlib.contextmanager
+def calibrating():
+    """Within the block, quantizers record their inputs' range and pass them unrounded.
+
+    Each call (eager, `training=False`) widens the quantizer's range to
+    the batch's minimum and maximum (the first call sets it): what
+    `models.quantization_aware_copy` runs its calibration images through.
+    """
+    token = _CALIBRATING.set(True)
+    try:
+        yield
+    finally:
+        _CALIBRATING.reset(token)
+
+
+@contextlib.contextmanager
+def simulation_disabled():
+    """Within the block, a QAT model computes without rounding: its float function.
+
+    Its weights are the trained float weights (not rounded) and every
+    activation passes as it is: what a QAT model exported in another mode
+    than its own (`"dynamic"`, float) computes.
+    """
+    token = _SIMULATING.set(False)
+    try:
+        yield
+    finally:
+        _SIMULATING.reset(token)
+
+
+def simulating():
+    """Whether QAT models round (False inside `simulation_disabled` and `calibrating`)."""
+    return _SIMULATING.get() and not _CALIBRATING.get()
+
+
+def _nudged(low, high, levels=255.0):
+    """TensorFlow's `FakeQuantWithMinMaxVars` range (`low <= 0 < high`): zero on a level."""
+    scale = (high - low) / levels
+    zero_point = ops.clip(ops.floor(-low / scale + 0.5), 0.0, levels)
+    return -zero_point * scale, (levels - zero_point) * scale, scale
+
+
+def fake_quantize(x, low, high):
+    """`x` rounded to 256 levels over `[low, high]` (nudged), gradients passed straight through.
+
+    `low <= 0 < high`, as `ActivationQuantizer` keeps its range.
+    The forward pass is TensorFlow's `fake_quant_with_min_max_vars(x, low,
+    high, num_bits=8)`; the gradient is 1 inside the range and 0 outside,
+    and none reaches `low` and `high` (they are tracked, not learned).
+
+    Example:
+
+    >>> y = fake_quantize(keras.ops.convert_to_tensor([-1.0, 0.3, 5.0]), -1.0, 3.0)
+    >>> [round(float(v), 4) for v in y]
+    [-1.0039, 0.298, 2.9961]
+    """
+    dtype = keras.backend.result_type(x.dtype, "float32")
+    x = ops.cast(x, dtype)
+    low = ops.stop_gradient(ops.cast(low, dtype))
+    high = ops.stop_gradient(ops.cast(high, dtype))
+    nudged_low, nudged_high, scale = _nudged(low, high)
+    clipped = ops.clip(x, nudged_low, nudged_high)
+    rounded = ops.floor((clipped - nudged_low) / scale + 0.5) * scale + nudged_low
+    return clipped + ops.stop_gradient(rounded - clipped)
+
+
+def fake_quantized_kernel(kernel, input_axes):
+    """`kernel` rounded as LiteRT stores int8 weights: symmetric, per output channel.
+
+    Each output channel's scale is `max |w| / 127` over `input_axes` (the
+    axes a matmul or convolution contracts), levels -127..127; the gradient
+    passes straight through. Converting the rounded kernel again gives the
+    same integers, so the file holds exactly the weights trained with.
+    """
+    magnitude = ops.max(ops.abs(kernel), axis=input_axes, keepdims=True)
+    scale = ops.stop_gradient(ops.maximum(magnitude, 1e-12) / 127.0)
+    return kernel + ops.stop_gradient(ops.round(kernel / scale) * scale - kernel)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ActivationQuantizer(keras.layers.Layer):
+    """One quantization point: per-tensor asymmetric int8 rounding over a tracked range.
+
+    Its range (`low`, `high`, not trained by gradients) is set by
+    calibration (`calibrating`) and then follows each training batch's
+    minimum and maximum as an exponential moving average (`momentum`),
+    as TensorFlow Model Optimization's Keras 2 quantizers do. A
+    `fixed_range` (the softmax's) never moves.
+
+    Args:
+        momentum: float in `[0, 1)`, the moving average's weight of the
+            range so far at each training step.
+        fixed_range: `None` or `(low, high)`, a range that never moves.
+        **kwargs: base layer keyword arguments, e.g. `name`.
+
+    Example:
+
+    >>> quantizer = ActivationQuantizer()
+    >>> with calibrating():
+    ...     _ = quantizer(keras.ops.convert_to_tensor([[-1.0, 3.0]]))
+    >>> [round(float(v), 4) for v in quantizer(keras.ops.convert_to_tensor([[0.3, 9.0]]))[0]]
+    [0.298, 2.9961]
+    """
+
+    def __init__(self, momentum=0.99, fixed_range=None, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(momentum, bool) or not 0 <= momentum < 1:
+            raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum!r}")
+        if fixed_range is not None:
+            fixed_range = tuple(float(value) for value in fixed_range)
+        self.momentum = momentum
+        self.fixed_range = fixed_range
+
+    def build(self, input_shape=None):
+        low, high = self.fixed_range or (0.0, 0.0)
+        self.low = self.add_weight(
+            name="low", shape=(), initializer=keras.initializers.Constant(low), trainable=False
+        )
+        self.high = self.add_weight(
+            name="high", shape=(), initializer=keras.initializers.Constant(high), trainable=False
+        )
+        self.calibrated = self.add_weight(
+            name="calibrated", shape=(), initializer="zeros", trainable=False
+        )
+
+    def call(self, inputs, training=None):
+        if _CALIBRATING.get():
+            self._calibrate(inputs)
+            return inputs
+        if not _SIMULATING.get():
+            return inputs
+        if training and self.fixed_range is None:
+            self._track(inputs)
+        if not training and keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            # The op whose range the LiteRT converter reads.
+            return tf.quantization.fake_quant_with_min_max_vars(
+                tf.cast(inputs, "float32"), self.low, self.high, num_bits=8
+            )
+        return fake_quantize(inputs, self.low, self.high)
+
+    def _calibrate(self, inputs):
+        if self.fixed_range is not None:
+            return
+        low = ops.cast(ops.min(inputs), "float32")
+        high = ops.cast(ops.max(inputs), "float32")
+        first = ops.equal(self.calibrated, 0.0)
+        self._set_range(
+            ops.where(first, low, ops.minimum(self.low, low)),
+            ops.where(first, high, ops.maximum(self.high, high)),
+        )
+        self.calibrated.assign(1.0)
+
+    def _track(self, inputs):
+        values = ops.stop_gradient(ops.cast(inputs, "float32"))
+        momentum = self.momentum
+        self._set_range(
+            momentum * self.low + (1 - momentum) * ops.min(values),
+            momentum * self.high + (1 - momentum) * ops.max(values),
+        )
+
+    def _set_range(self, low, high):
+        # Zero inside and a width above 0, as TensorFlow's op and the LiteRT
+        # converter read a range (one of a positive minimum, TensorFlow's
+        # op would shift to [0, max - min]).
+        low = ops.minimum(low, 0.0)
+        self.low.assign(low)
+        self.high.assign(ops.maximum(ops.maximum(high, 0.0), low + 1e-6))
+
+    def int8_parameters(self):
+        """`(scale, zero_point)` of this point's int8 tensor in LiteRT: what its range becomes."""
+        low = float(keras.ops.convert_to_numpy(self.low))
+        high = float(keras.ops.convert_to_numpy(self.high))
+        scale = (high - low) / 255.0
+        return scale, int(min(max(round(-low / scale), 0), 255)) - 128
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"momentum": self.momentum, "fixed_range": self.fixed_range})
+        return config
+
+
+def add_output_scale(layer):
+    """A quantization-aware layer's `output_scale`: a fixed factor of its kernel and bias.
+
+    A quantization-aware copy folds LayerScale's gains (down to 1e-5 in real
+    checkpoints) into the layers that write the residual stream; Adam moves
+    every weight by about its learning rate, so a folded kernel stored as is
+    would change a hundred times faster, relative to its size, than in the
+    float model. Stored divided by this factor, it trains at the float
+    model's pace; the product (and the file) is the same: per-channel int8
+    rounding commutes with a scalar factor.
+    """
+    return layer.add_weight(
+        name="output_scale", shape=(), initializer="ones", trainable=False, dtype="float32"
+    )
+
+
+def scaled(layer, kernel, bias):
+    """`(kernel, bias)` times the layer's `output_scale`, the kernel rounded if simulating."""
+    scale = ops.cast(layer.output_scale, kernel.dtype)
+    kernel = kernel * scale
+    if simulating():
+        kernel = fake_quantized_kernel(kernel, tuple(range(len(kernel.shape) - 1)))
+    return kernel, None if bias is None else bias * ops.cast(scale, bias.dtype)
+
+
+def quantizers(qat, points, shape=None):
+    """`{point: ActivationQuantizer}` of the points (`{name: kind}`) that mode `qat` quantizes."""
+    if qat is None:
+        return {}
+    made = {}
+    for name, kind in points.items():
+        if kind in _KINDS[qat]:
+            fixed = SOFTMAX_RANGE if name == "probabilities" else None
+            made[name] = ActivationQuantizer(fixed_range=fixed, name=f"{name}_quantizer")
+            made[name].build(shape)
+    return made
+
+
+def at_point(made, name, x, training=None):
+    """`x` through the quantizer of point `name`, if its layer's mode has one."""
+    quantizer = made.get(name)
+    return x if quantizer is None else quantizer(x, training=training)

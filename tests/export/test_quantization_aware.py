@@ -1,0 +1,252 @@
+"""Quantization-aware training for LiteRT: the fake-quantized model, its training, its export."""
+
+import json
+import warnings
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit import _compat
+from keras_vit.export import TFLiteModel
+from keras_vit.export.litert import graph_ops
+from keras_vit.layers import fake_quantization
+from keras_vit.models import qat_mode, quantization_aware_copy
+from tests.conftest import BACKEND
+
+TINY = dict(
+    patch_size=4,
+    hidden_dim=16,
+    num_layers=2,
+    num_heads=2,
+    mlp_dim=32,
+    input_shape=(8, 8, 3),
+    classes=4,
+    classifier_activation=None,
+)
+
+
+def float_model(layer_scale_init=0.1, seed=0):
+    """A tiny float ViT with random weights of a trained model's spread (LayerScale, norms)."""
+    model = keras_vit.VisionTransformer(**TINY, layer_scale_init=layer_scale_init)
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        value = rng.normal(size=variable.shape) * (0.4 if len(variable.shape) > 1 else 0.1)
+        if variable.path.endswith(("norm/gamma", "scale/gamma")):
+            value += 1.0
+        variable.assign(value.astype("float32"))
+    return model
+
+
+def images(count, seed=1):
+    return np.random.default_rng(seed).uniform(0, 255, (count, 8, 8, 3)).astype("float32")
+
+
+def outputs(model, x):
+    return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+def test_fake_quantize_is_tensorflows_fake_quant_op():
+    import tensorflow as tf
+
+    x = np.random.default_rng(0).normal(size=(4000,)).astype("float32") * 3
+    for low, high in ((-1.0, 3.0), (-2.7, 0.4), (-5e-3, 7.1)):
+        ours = keras.ops.convert_to_numpy(fake_quantization.fake_quantize(x, low, high))
+        theirs = tf.quantization.fake_quant_with_min_max_vars(x, low, high, num_bits=8).numpy()
+        np.testing.assert_allclose(ours, theirs, atol=1e-6)
+        assert len(np.unique(ours)) <= 256
+
+
+def test_gradients_pass_straight_through_inside_the_range_and_stop_outside():
+    x = keras.ops.convert_to_tensor([-3.0, -0.5, 0.2, 0.9, 4.0])
+    gradient = np.asarray(
+        keras.ops.convert_to_numpy(
+            _gradient(lambda v: keras.ops.sum(fake_quantization.fake_quantize(v, -1.0, 1.0)), x)
+        )
+    )
+    np.testing.assert_array_equal(gradient, [0.0, 1.0, 1.0, 1.0, 0.0])
+
+
+def _gradient(function, x):
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = function(x)
+        return tape.gradient(y, x)
+    if backend == "jax":
+        import jax
+
+        return jax.grad(function)(x)
+
+    x = x.clone().requires_grad_(True)
+    function(x).backward()
+    return x.grad
+
+
+def test_a_quantization_aware_copy_is_the_float_function_with_rounding_added():
+    model = float_model()
+    x = images(40)
+    for mode in fake_quantization.QAT_MODES:
+        copy = quantization_aware_copy(model, mode, x)
+        assert qat_mode(copy) == mode and qat_mode(model) is None
+        # Folded: no LayerScale, norms without scale and offset.
+        assert not any("scale/gamma" in v.path or "norm/gamma" in v.path for v in copy.weights)
+        with fake_quantization.simulation_disabled():
+            np.testing.assert_allclose(outputs(copy, x), outputs(model, x), atol=2e-4)
+        rounded = outputs(copy, x)
+        error = np.abs(rounded - outputs(model, x)).max()
+        assert 1e-3 < error < 0.5 * np.abs(outputs(model, x)).max(), (mode, error)
+    # "int8_full" rounds more points than "int8".
+    points = {
+        mode: [v for v in quantization_aware_copy(model, mode, x).weights if v.path.endswith("low")]
+        for mode in fake_quantization.QAT_MODES
+    }
+    assert len(points["int8_full"]) > len(points["int8"]) > 0
+
+
+def test_training_tracks_the_ranges_and_a_saved_model_resumes_them(tmp_path):
+    keras.utils.set_random_seed(0)
+    x, y = images(64), np.random.default_rng(2).integers(0, 4, 64)
+    model = quantization_aware_copy(float_model(), "int8_full", x)
+    calibrated = {v.path: np.asarray(v) for v in model.weights if v.path.endswith("high")}
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    tracked = {v.path: np.asarray(v) for v in model.weights if v.path.endswith("high")}
+    moved = [path for path in calibrated if not np.isclose(calibrated[path], tracked[path])]
+    assert len(moved) > len(calibrated) // 2
+    # The softmax's range is LiteRT's fixed one.
+    probabilities = [path for path in tracked if "probabilities" in path]
+    assert probabilities and all(tracked[path] == 255 / 256 for path in probabilities)
+    model.save(tmp_path / "qat.keras")
+    loaded = keras.saving.load_model(tmp_path / "qat.keras")
+    assert qat_mode(loaded) == "int8_full"
+    np.testing.assert_array_equal(outputs(loaded, x), outputs(model, x))
+    for saved, restored in zip(model.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(saved), np.asarray(restored))
+
+
+def test_bad_requests_are_refused_before_any_copy():
+    model = float_model()
+    with pytest.raises(ValueError, match="qat.*'int8', 'int8_full'.*qat='int4'"):
+        quantization_aware_copy(model, "int4", images(40))
+    with pytest.raises(ValueError, match="at least 32 images. Received: 8"):
+        quantization_aware_copy(model, "int8", images(8))
+    with pytest.raises(ValueError, match=r"shape \(N, 8, 8, 3\).*\(40, 8, 8\)"):
+        quantization_aware_copy(model, "int8", images(40)[..., 0])
+    headless = keras_vit.VisionTransformer(
+        **{**TINY, "classifier_activation": "softmax"}, include_top=False
+    )
+    with pytest.raises(ValueError, match="needs a classifier with its head"):
+        quantization_aware_copy(headless, "int8", images(40))
+    qat = quantization_aware_copy(model, "int8", images(40))
+    with pytest.raises(ValueError, match="simulates 'int8' already"):
+        quantization_aware_copy(qat, "int8_full", images(40))
+    with pytest.raises(ValueError, match="qat='int8' simulates the plain ViT layout"):
+        keras_vit.VisionTransformer(**TINY, stem_filters=(8,), qat="int8")
+    with pytest.raises(ValueError, match="`qat` must be None or one of"):
+        keras_vit.VisionTransformer(**TINY, qat="int16x8")
+
+
+def learned_ranges(model):
+    """`{point: (scale, zero point)}` that the QAT model's ranges make of its int8 tensors."""
+    return {
+        layer.path: layer.int8_parameters()
+        for layer in _compat.all_layers(model)
+        if isinstance(layer, fake_quantization.ActivationQuantizer)
+    }
+
+
+def ranges_in_file(model, path):
+    """The QAT model's points whose int8 parameters some tensor of the `.tflite` file has."""
+    held = {
+        (tensor["quantization"][0], tensor["quantization"][1])
+        for op in graph_ops(path)
+        for tensor in op["outputs"]
+        if tensor is not None and tensor["quantization"][0]
+    }
+    return [
+        point
+        for point, (scale, zero_point) in learned_ranges(model).items()
+        if any(abs(s - scale) <= 1e-6 * scale and z == zero_point for s, z in held)
+    ]
+
+
+@pytest.fixture(scope="module")
+def trained_qat():
+    """A QAT model of each mode after a short fit, so its ranges are the tracked ones."""
+    keras.utils.set_random_seed(0)
+    x, y = images(96), np.random.default_rng(2).integers(0, 4, 96)
+    models = {}
+    for mode in fake_quantization.QAT_MODES:
+        model = quantization_aware_copy(float_model(), mode, x)
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        )
+        model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+        models[mode] = model
+    return models
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
+def test_the_litert_file_of_a_qat_model_computes_its_simulated_outputs(trained_qat, mode, tmp_path):
+    model, x = trained_qat[mode], images(64, seed=5)
+    path = tmp_path / "qat.tflite"
+    keras_vit.export.tflite(model, path, quantization=mode, representative_data=x)
+    # Every range it learned is a tensor's quantization in the file.
+    assert sorted(ranges_in_file(model, path)) == sorted(learned_ranges(model))
+    # And the file computes what the model simulated, to LiteRT's integer
+    # arithmetic: a level here and there (each op's rounding of inputs that
+    # differ by a level), not another quantization.
+    simulated, served = outputs(model, x), TFLiteModel(path)(x)
+    assert np.abs(served - simulated).max() <= 0.5 * simulated.std()
+    assert np.mean(served.argmax(-1) == simulated.argmax(-1)) >= 0.9
+    metadata = json.load(open(f"{path}.json"))
+    assert metadata["quantization"] == mode and metadata["quantization_aware"] == mode
+    assert metadata["rotated"] is False  # (the copy is rotated; the export does not again)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="a probe of the test, on one backend")
+@pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
+def test_an_export_that_ignored_the_learned_ranges_would_fail_that_test(
+    trained_qat, mode, tmp_path, monkeypatch
+):
+    # The graph without the fake-quant ops: LiteRT calibrates the int8_full
+    # ranges itself and leaves int8's activations float.
+    traced = fake_quantization.ActivationQuantizer.call
+
+    def unrounded(self, inputs, training=None):
+        if not training:
+            return inputs
+        return traced(self, inputs, training)
+
+    model, x = trained_qat[mode], images(64, seed=5)
+    monkeypatch.setattr(fake_quantization.ActivationQuantizer, "call", unrounded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keras_vit.export.tflite(
+            model, tmp_path / "q.tflite", quantization=mode, representative_data=x
+        )
+    # None of the learned ranges is in the file (at most the softmax's fixed one).
+    fixed = {point for point in learned_ranges(model) if "probabilities" in point}
+    assert set(ranges_in_file(model, tmp_path / "q.tflite")) <= fixed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the conversion runs on TensorFlow")
+def test_another_mode_exports_the_float_function_with_a_warning(trained_qat, tmp_path):
+    model, x = trained_qat["int8_full"], images(32, seed=5)
+    with pytest.warns(UserWarning, match="trained for LiteRT's 'int8_full'.*quantization='none'"):
+        keras_vit.export.tflite(model, tmp_path / "f.tflite")
+    with fake_quantization.simulation_disabled():
+        unrounded = outputs(model, x)
+    np.testing.assert_allclose(TFLiteModel(tmp_path / "f.tflite")(x), unrounded, atol=1e-4)
