@@ -230,6 +230,8 @@ def _recipe(settings, recipe):
     if "patch_dropout_rate" in changes:
         changes["patch_dropout_rate"] = float(changes["patch_dropout_rate"])
     recipe = dataclasses.replace(recipe, **changes) if changes else recipe
+    if settings.qat is not None:
+        return recipe.for_qat()
     return recipe.for_lora() if settings.lora is not None else recipe
 
 
