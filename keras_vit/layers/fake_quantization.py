@@ -10,8 +10,11 @@ a value is clipped.
 
 The two modes are those of `keras_vit.export.tflite`:
 
-- `"int8"`: the inputs and outputs of every convolution and Dense layer
-  (everything else stays float32 in the file);
+- `"int8"`: the inputs and outputs of every convolution and Dense layer, and
+  what LiteRT's converter quantizes beside them once their neighbours have
+  ranges (GELU's output, the class token's concatenation, the attention's
+  probabilities and context); LayerNorm, the residual stream and the rest
+  stay float32 in the file;
 - `"int8_full"`: every op's output (integer-only files): besides those, the
   steps of LayerNorm, the attention's scaled query, logits, probabilities and
   context, GELU's output, the residual additions and the token sequence.
