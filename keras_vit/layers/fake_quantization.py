@@ -258,6 +258,17 @@ def add_output_scale(layer):
     )
 
 
+def serialization_spec(layer, spec):
+    """Keras' `variable_serialization_spec` of a projection, its `output_scale` saved after its own.
+
+    (Keras' Dense and EinsumDense save only the variables that spec names.)
+    """
+    spec = dict(spec)
+    if layer.qat is not None:
+        spec[None] = [*spec[None], "output_scale"]
+    return spec
+
+
 def scaled(layer, kernel, bias):
     """`(kernel, bias)` times the layer's `output_scale`, the kernel rounded if simulating."""
     scale = ops.cast(layer.output_scale, kernel.dtype)

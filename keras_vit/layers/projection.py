@@ -186,11 +186,7 @@ class Projection(keras.layers.EinsumDense):
 
     @property
     def variable_serialization_spec(self):
-        # A quantization-aware layer saves its `output_scale` after its own.
-        spec = dict(super().variable_serialization_spec)
-        if self.qat is not None:
-            spec[None] = [*spec[None], "output_scale"]
-        return spec
+        return fake_quantization.serialization_spec(self, super().variable_serialization_spec)
 
     def get_config(self):
         return {**super().get_config(), "qat": self.qat, "round_inputs": self.round_inputs}
