@@ -691,8 +691,13 @@ def qat(
     per seed the quantization-aware run of `epochs` epochs through
     `keras_vit.training.train` (the command's defaults otherwise): its own
     simulated outputs (the QAT model in Keras) and its `mode` export, with
-    the file's top-1 agreement with that simulation. One JSON row each.
+    the file's top-1 agreement with that simulation, and the same
+    simulation's on JAX (`simulate` in a JAX process: the model's own
+    arithmetic in another float32 order, the floor of what any float
+    simulation of integer kernels agrees on). One JSON row each.
     """
+    import subprocess
+    import sys
     import time
 
     import keras
@@ -726,6 +731,8 @@ def qat(
         runner = keras_vit.export.TFLiteModel(path, num_threads=2)
         return runner(test_images), runner.latency_ms(test_images[0], runs=20)
 
+    images_file = os.path.join(out, "qat_test_images.npy")
+    outputs_file = os.path.join(out, "qat_jax_outputs.npy")
     float_classifier = keras.saving.load_model(float_model)
     float_outputs = float_classifier.predict(test_images, batch_size=64, verbose=0)
     rows = [scored({"model": "float"}, float_outputs.argmax(-1))]
@@ -765,6 +772,14 @@ def qat(
             ]
         )
         served, latency = exported(model, os.path.join(out, f"qat_{task}_{mode}_{seed}.tflite"))
+        np.save(images_file, test_images)
+        subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "simulate"]
+            + [result["paths"]["model.keras"], images_file, outputs_file],
+            env={**os.environ, "KERAS_BACKEND": "jax"},
+            check=True,
+        )
+        on_jax = np.load(outputs_file).argmax(-1)
         scored({"model": f"QAT {mode}, simulated", "seed": seed}, simulated.argmax(-1))
         rows.append(
             scored(
@@ -773,6 +788,12 @@ def qat(
                     "seed": seed,
                     "top1_agreement_with_simulation": float(
                         np.mean(served.argmax(-1) == simulated.argmax(-1))
+                    ),
+                    "jax_simulation_top1_agreement_with_simulation": float(
+                        np.mean(on_jax == simulated.argmax(-1))
+                    ),
+                    "top1_agreement_with_jax_simulation": float(
+                        np.mean(served.argmax(-1) == on_jax)
                     ),
                     "simulated_accuracy": float(np.mean(simulated.argmax(-1) == test_labels)),
                     "top1_agreement_with_float": float(
@@ -786,6 +807,26 @@ def qat(
             )
         )
     return rows
+
+
+def simulate(model_path, images_path, outputs_path, batch_size=64):
+    """Writes a `.keras` model's outputs on saved images (`.npy`), on this process's backend."""
+    import keras
+    import numpy as np
+
+    import keras_vit  # noqa: F401 (registers the layers)
+
+    model = keras.saving.load_model(model_path)
+    images = np.load(images_path)
+    np.save(
+        outputs_path,
+        np.concatenate(
+            [
+                keras.ops.convert_to_numpy(model(images[i : i + batch_size], training=False))
+                for i in range(0, len(images), batch_size)
+            ]
+        ),
+    )
 
 
 def _arrays(dataset, count=None):
@@ -873,8 +914,16 @@ def main(argv=None):
     quantizing.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     quantizing.add_argument("--epochs", type=int, default=1)
     quantizing.add_argument("--task", default=None, help="the rows' name of the float model")
+    simulating = commands.add_parser(
+        "simulate", help="a .keras model's outputs on saved images, on this backend (for qat)"
+    )
+    simulating.add_argument("model")
+    simulating.add_argument("images", help=".npy of images")
+    simulating.add_argument("outputs", help=".npy to write")
     args = parser.parse_args(argv)
-    if args.command == "qat":
+    if args.command == "simulate":
+        simulate(args.model, args.images, args.outputs)
+    elif args.command == "qat":
         print_gemm_rate()
         qat(
             args.out,

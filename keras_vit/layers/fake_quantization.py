@@ -143,12 +143,16 @@ class ActivationQuantizer(keras.layers.Layer):
     calibration (`calibrating`) and then follows each training batch's
     minimum and maximum as an exponential moving average (`momentum`),
     as TensorFlow Model Optimization's Keras 2 quantizers do. A
-    `fixed_range` (the softmax's) never moves.
+    `fixed_range` (the softmax's) never moves. A `symmetric` range is
+    `[-128 s, 127 s]`: zero point 0, what LiteRT's int8 batch matmul
+    assumes of its right operand (XNNPACK, its CPU runtime, reads that
+    operand's levels without subtracting a zero point).
 
     Args:
         momentum: float in `[0, 1)`, the moving average's weight of the
             range so far at each training step.
         fixed_range: `None` or `(low, high)`, a range that never moves.
+        symmetric: bool, whether the range is kept at zero point 0.
         **kwargs: base layer keyword arguments, e.g. `name`.
 
     Example:
@@ -160,7 +164,7 @@ class ActivationQuantizer(keras.layers.Layer):
     [0.298, 2.9961]
     """
 
-    def __init__(self, momentum=0.99, fixed_range=None, **kwargs):
+    def __init__(self, momentum=0.99, fixed_range=None, symmetric=False, **kwargs):
         super().__init__(**kwargs)
         if isinstance(momentum, bool) or not 0 <= momentum < 1:
             raise ValueError(f"`momentum` must be in [0, 1). Received: momentum={momentum!r}")
@@ -168,6 +172,7 @@ class ActivationQuantizer(keras.layers.Layer):
             fixed_range = tuple(float(value) for value in fixed_range)
         self.momentum = momentum
         self.fixed_range = fixed_range
+        self.symmetric = bool(symmetric)
 
     def build(self, input_shape=None):
         low, high = self.fixed_range or (0.0, 0.0)
@@ -223,8 +228,18 @@ class ActivationQuantizer(keras.layers.Layer):
         # converter read a range (one of a positive minimum, TensorFlow's
         # op would shift to [0, max - min]).
         low = ops.minimum(low, 0.0)
+        if self.symmetric:
+            # Levels -128..127 at zero point 0: the wider side sets 127 s.
+            high = ops.maximum(ops.maximum(-low * (127.0 / 128.0), high), 1e-6)
+            low = -high * (128.0 / 127.0)
         self.low.assign(low)
         self.high.assign(ops.maximum(ops.maximum(high, 0.0), low + 1e-6))
+
+    def load_own_variables(self, store):
+        super().load_own_variables(store)
+        if self.symmetric:
+            # (A file of a layout that kept this point asymmetric.)
+            self._set_range(self.low, self.high)
 
     def int8_parameters(self):
         """`(scale, zero_point)` of this point's int8 tensor in LiteRT: what its range becomes."""
@@ -238,7 +253,13 @@ class ActivationQuantizer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({"momentum": self.momentum, "fixed_range": self.fixed_range})
+        config.update(
+            {
+                "momentum": self.momentum,
+                "fixed_range": self.fixed_range,
+                "symmetric": self.symmetric,
+            }
+        )
         return config
 
 
@@ -278,15 +299,20 @@ def scaled(layer, kernel, bias):
     return kernel, None if bias is None else bias * ops.cast(scale, bias.dtype)
 
 
-def quantizers(qat, points, shape=None):
-    """`{point: ActivationQuantizer}` of the points (`{name: kind}`) that mode `qat` quantizes."""
+def quantizers(qat, points, shape=None, symmetric=()):
+    """`{point: ActivationQuantizer}` of the points (`{name: kind}`) that mode `qat` quantizes.
+
+    The points named in `symmetric` keep zero point 0 (`ActivationQuantizer`).
+    """
     if qat is None:
         return {}
     made = {}
     for name, kind in points.items():
         if kind in _KINDS[qat]:
             fixed = SOFTMAX_RANGE if name == "probabilities" else None
-            made[name] = ActivationQuantizer(fixed_range=fixed, name=f"{name}_quantizer")
+            made[name] = ActivationQuantizer(
+                fixed_range=fixed, symmetric=name in symmetric, name=f"{name}_quantizer"
+            )
             made[name].build(shape)
     return made
 

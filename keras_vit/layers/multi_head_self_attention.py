@@ -171,7 +171,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             )
 
         # (D, 3, heads, head_dim): q, k and v stacked on axis 1.
-        self.qkv = projection("ab,bcde->acde", (3, *heads), "cde", (hidden_dim, 3, *heads), "qkv")
+        # Keys and values are the right operands of LiteRT's int8 batch
+        # matmuls, whose XNNPACK kernel takes them at zero point 0.
+        self.qkv = projection(
+            "ab,bcde->acde",
+            (3, *heads),
+            "cde",
+            (hidden_dim, 3, *heads),
+            "qkv",
+            symmetric_outputs=True,
+        )
         self.qkv.build((None, hidden_dim))
         # (heads, head_dim, D).
         # (Its inputs, the context, are rounded by the attention.)

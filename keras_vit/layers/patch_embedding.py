@@ -111,6 +111,9 @@ class PatchEmbedding(keras.layers.Layer):
         qat: `None`, `"int8"` or `"int8_full"`: the LiteRT mode that training
             simulates (`layers.fake_quantization`): the kernel rounded per
             output channel, the images and the outputs per tensor.
+        round_outputs: bool, whether a `qat` layer rounds its outputs
+            (`False` where the layer after rounds them: LiteRT then computes
+            the convolution straight into that point's int8 range).
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -142,10 +145,12 @@ class PatchEmbedding(keras.layers.Layer):
         flatten=True,
         pad_to_patches=False,
         qat=None,
+        round_outputs=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.qat = fake_quantization.check_qat(qat)
+        self.round_outputs = bool(round_outputs)
         self.patch_size = _pair(patch_size, "patch_size")
         if not isinstance(hidden_dim, int) or hidden_dim < 1:
             raise ValueError(
@@ -187,9 +192,10 @@ class PatchEmbedding(keras.layers.Layer):
             if self.use_bias
             else None
         )
-        self.quantizers = fake_quantization.quantizers(
-            self.qat, {"inputs": "activations", "outputs": "dense_outputs"}
-        )
+        points = {"inputs": "activations"}
+        if self.round_outputs:
+            points["outputs"] = "dense_outputs"
+        self.quantizers = fake_quantization.quantizers(self.qat, points)
 
     def call(self, inputs, training=None):
         size = tuple(ops.shape(inputs)[1:3])
@@ -245,6 +251,7 @@ class PatchEmbedding(keras.layers.Layer):
                 "flatten": self.flatten,
                 "pad_to_patches": self.pad_to_patches,
                 "qat": self.qat,
+                "round_outputs": self.round_outputs,
             }
         )
         return config

@@ -39,6 +39,9 @@ class Projection(keras.layers.EinsumDense):
             inputs) per tensor.
         round_inputs: bool, whether `"int8"` rounds the inputs (`False`
             where the layer before rounds its outputs already).
+        symmetric_outputs: bool, whether the outputs' int8 range keeps zero
+            point 0 (`True` where they are the right operand of LiteRT's
+            int8 batch matmul: attention's keys and values).
         **kwargs: the other arguments of `keras.layers.EinsumDense`.
 
     Example:
@@ -49,7 +52,14 @@ class Projection(keras.layers.EinsumDense):
     """
 
     def __init__(
-        self, equation, output_shape, bias_axes=None, qat=None, round_inputs=True, **kwargs
+        self,
+        equation,
+        output_shape,
+        bias_axes=None,
+        qat=None,
+        round_inputs=True,
+        symmetric_outputs=False,
+        **kwargs,
     ):
         match = _FLAT_EQUATION.fullmatch(equation)
         if match is None or bias_axes not in (None, match.group(2)):
@@ -61,13 +71,16 @@ class Projection(keras.layers.EinsumDense):
         super().__init__(equation, output_shape, bias_axes=bias_axes, **kwargs)
         self.qat = fake_quantization.check_qat(qat)
         self.round_inputs = round_inputs
+        self.symmetric_outputs = bool(symmetric_outputs)
 
     def build(self, input_shape):
         super().build(input_shape)
         points = {"outputs": "dense_outputs"}
         if self.round_inputs:
             points["inputs"] = "dense_inputs"
-        self.quantizers = fake_quantization.quantizers(self.qat, points)
+        self.quantizers = fake_quantization.quantizers(
+            self.qat, points, symmetric=("outputs",) if self.symmetric_outputs else ()
+        )
         if self.qat is not None:
             self.output_scale = fake_quantization.add_output_scale(self)
 
@@ -189,7 +202,12 @@ class Projection(keras.layers.EinsumDense):
         return fake_quantization.serialization_spec(self, super().variable_serialization_spec)
 
     def get_config(self):
-        return {**super().get_config(), "qat": self.qat, "round_inputs": self.round_inputs}
+        return {
+            **super().get_config(),
+            "qat": self.qat,
+            "round_inputs": self.round_inputs,
+            "symmetric_outputs": self.symmetric_outputs,
+        }
 
     def assign_loaded(self, kernel, bias=None):
         """Sets the variables from a file that held them in the parent layer's own.

@@ -603,6 +603,7 @@ def _embed(images, arguments, plan):
             flatten=False,
             pad_to_patches=a["pad_to_patches"],
             qat=a["qat"],
+            round_outputs=not a["class_token"],
             name="patch_embedding",
         )(x)
         x = keras.layers.Reshape((-1, width), name="patch_tokens")(patches)
@@ -612,6 +613,7 @@ def _embed(images, arguments, plan):
             width,
             pad_to_patches=a["pad_to_patches"],
             qat=a["qat"],
+            round_outputs=not a["class_token"],
             name="patch_embedding",
         )(x)
     # Token order: class, distillation, registers, patches. Registers come
@@ -619,7 +621,9 @@ def _embed(images, arguments, plan):
     if a["distillation_token"]:
         x = vit_layers.ClassToken(name="distillation_token")(x)
     if a["class_token"]:
-        # (LiteRT's concatenation takes the patches' int8 scale in both modes.)
+        # One int8 range for the class token and the patches: LiteRT's
+        # convolution then writes the concatenation's scale, where a range
+        # of its own would need a requantization (8-bit multiplier in XNNPACK).
         x = vit_layers.ClassToken(name="class_token")(x)
         x = _rounded(x, a["qat"], "class_token", "activations")
     num_embedded_prefix = int(a["class_token"]) + int(a["distillation_token"])

@@ -214,6 +214,91 @@ def test_the_litert_file_of_a_qat_model_computes_its_simulated_outputs(trained_q
     assert metadata["rotated"] is False  # (the copy is rotated; the export does not again)
 
 
+def int8_products(path, x):
+    """`[(op, file's levels, levels of the exact product of its int8 inputs)]`, per product op.
+
+    The file runs as `TFLiteModel` runs it (XNNPACK on a CPU) on image `x`;
+    each int8 `FULLY_CONNECTED` and `BATCH_MATMUL` is recomputed in float64
+    from the int8 tensors it read and rounded to its output's int8 levels:
+    what the QAT model's simulation computes of the same inputs.
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(path), experimental_preserve_all_tensors=True)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x[None])
+    interpreter.invoke()
+    details = {tensor["index"]: tensor for tensor in interpreter.get_tensor_details()}
+
+    def real(index):
+        scale, zero_point = details[index]["quantization"]
+        return (interpreter.get_tensor(index).astype("float64") - zero_point) * scale
+
+    products = []
+    for op in interpreter._get_ops_details():
+        inputs, output = [i for i in op["inputs"] if i >= 0], op["outputs"][0]
+        if details[output]["dtype"] != np.int8:
+            continue
+        if op["op_name"] == "BATCH_MATMUL":
+            exact = real(inputs[0]) @ real(inputs[1])
+        elif op["op_name"] == "FULLY_CONNECTED":
+            kernel = interpreter.get_tensor(inputs[1]).astype("float64")
+            kernel_scales = details[inputs[1]]["quantization_parameters"]["scales"]
+            bias_scales = details[inputs[0]]["quantization"][0] * kernel_scales
+            bias = interpreter.get_tensor(inputs[2]) * bias_scales if len(inputs) > 2 else 0.0
+            flat = real(inputs[0]).reshape(-1, kernel.shape[1])
+            exact = flat @ (kernel * kernel_scales[:, None]).T + bias
+        else:
+            continue
+        scale, zero_point = details[output]["quantization"]
+        levels = np.clip(np.floor(exact / scale + 0.5) + zero_point, -128, 127)
+        products.append((op["op_name"], interpreter.get_tensor(output), levels.reshape(-1)))
+    return products
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="the file's arithmetic, on one backend")
+@pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
+def test_each_int8_product_of_the_file_is_the_simulated_rounding_of_its_inputs(
+    trained_qat, mode, tmp_path
+):
+    # Op by op, the file computes what the simulation does of the same
+    # int8 inputs. (XNNPACK's int8 batch matmul takes its right operand at
+    # zero point 0: an asymmetric range for the keys and values would offset
+    # every product. A requantization between two ranges, 8-bit multiplier
+    # there, would round apart.)
+    model, x = trained_qat[mode], images(8, seed=5)
+    path = tmp_path / "qat.tflite"
+    keras_vit.export.tflite(model, path, quantization=mode, representative_data=x)
+    products = int8_products(path, x[0])
+    kinds = {kind for kind, _, _ in products}
+    assert kinds == {"FULLY_CONNECTED", "BATCH_MATMUL"}
+    for kind, served, simulated in products:
+        assert np.mean(served.reshape(-1) != simulated) <= 1e-3, kind
+    requantizations = [
+        op
+        for op in graph_ops(path)
+        if op["op_name"] == "QUANTIZE" and op["inputs"][0]["dtype"] == np.int8
+    ]
+    assert requantizations == []
+
+
+def test_a_symmetric_point_keeps_zero_point_zero_through_calibration_and_training():
+    quantizer = fake_quantization.ActivationQuantizer(symmetric=True, momentum=0.5)
+    with fake_quantization.calibrating():
+        quantizer(keras.ops.convert_to_tensor([[-0.5, 3.0]]))
+    scale, zero_point = quantizer.int8_parameters()
+    assert zero_point == 0 and scale == pytest.approx(3.0 / 127)
+    quantizer(keras.ops.convert_to_tensor([[-9.0, 1.0]]), training=True)
+    scale, zero_point = quantizer.int8_parameters()
+    # The moving average of the minimum (the range's low end was -128 s)
+    # sets the wider side now.
+    low = 0.5 * (-3.0 / 127 * 128) + 0.5 * -9.0
+    assert zero_point == 0 and scale == pytest.approx(-low / 128)
+    levels = keras.ops.convert_to_numpy(quantizer(keras.ops.convert_to_tensor([0.0, 1.0])))
+    assert levels[0] == 0.0 and levels[1] == pytest.approx(round(1 / scale) * scale)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="a probe of the test, on one backend")
 @pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
