@@ -326,6 +326,18 @@ class VisionTransformer(keras.Model, metaclass=_BuiltWithWeights):
             self.compute_output_spec(keras.KerasTensor((None, *shape[1:])))
             self._sizes_checked = self._sizes_checked | {shape[1:]}
 
+    def quantize(self, mode=None, *args, **kwargs):
+        qat = self._arguments["qat"]
+        if qat is not None:
+            # (Keras quantizes leaf layers only: it would skip every layer
+            # that holds quantizers and return the model as it was.)
+            raise ValueError(
+                f"Model {self.name!r} simulates LiteRT's {qat!r} quantization (qat): export it "
+                f"with keras_vit.export.tflite(model, path, quantization={qat!r}), or quantize "
+                f"the float model it was copied from. Received: mode={mode!r}"
+            )
+        return super().quantize(mode, *args, **kwargs)
+
     def enable_lora(self, rank, target=lora.DEFAULT_TARGETS, alpha=None):
         """LoRA adapters on every block's `target` projections (see `models.lora.enable_lora`)."""
         return lora.enable_lora(self, rank, target=target, alpha=alpha)

@@ -148,6 +148,11 @@ def test_bad_requests_are_refused_before_any_copy():
     qat = quantization_aware_copy(model, "int8", images(40))
     with pytest.raises(ValueError, match="simulates 'int8' already"):
         quantization_aware_copy(qat, "int8_full", images(40))
+    with pytest.raises(ValueError, match="simulates LiteRT's 'int8'.*mode='int4'"):
+        qat.quantize("int4")
+    qkv = [layer for layer in _compat.all_layers(qat) if layer.name == "qkv"][0]
+    with pytest.raises(ValueError, match="Layer 'qkv' simulates LiteRT's 'int8'"):
+        qkv.quantize("int8")
     with pytest.raises(ValueError, match="qat='int8' simulates the plain ViT layout"):
         keras_vit.VisionTransformer(**TINY, stem_filters=(8,), qat="int8")
     with pytest.raises(ValueError, match="`qat` must be None or one of"):
