@@ -5,7 +5,8 @@ that LiteRT's converter will apply, so that training learns weights that
 survive it: per-output-channel symmetric int8 weights (`fake_quantized_kernel`)
 and per-tensor asymmetric int8 activations at the points the converter
 quantizes (`ActivationQuantizer`, one per point, its range tracked during
-training). Gradients pass straight through the rounding and are zero where
+training; at zero point 0 for the right operands of batch matmuls, which
+LiteRT's XNNPACK kernels read so). Gradients pass straight through the rounding and are zero where
 a value is clipped.
 
 The two modes are those of `keras_vit.export.tflite`:
