@@ -733,6 +733,7 @@ def qat(
 
     images_file = os.path.join(out, "qat_test_images.npy")
     outputs_file = os.path.join(out, "qat_jax_outputs.npy")
+    np.save(images_file, test_images)  # (read by each seed's JAX simulation)
     float_classifier = keras.saving.load_model(float_model)
     float_outputs = float_classifier.predict(test_images, batch_size=64, verbose=0)
     rows = [scored({"model": "float"}, float_outputs.argmax(-1))]
@@ -772,7 +773,6 @@ def qat(
             ]
         )
         served, latency = exported(model, os.path.join(out, f"qat_{task}_{mode}_{seed}.tflite"))
-        np.save(images_file, test_images)
         subprocess.run(
             [sys.executable, os.path.abspath(__file__), "simulate"]
             + [result["paths"]["model.keras"], images_file, outputs_file],

@@ -6,8 +6,8 @@ survive it: per-output-channel symmetric int8 weights (`fake_quantized_kernel`)
 and per-tensor asymmetric int8 activations at the points the converter
 quantizes (`ActivationQuantizer`, one per point, its range tracked during
 training; at zero point 0 for the right operands of batch matmuls, which
-LiteRT's XNNPACK kernels read so). Gradients pass straight through the rounding and are zero where
-a value is clipped.
+LiteRT's XNNPACK kernels read so). Gradients pass straight through the
+rounding and are zero where a value is clipped.
 
 The two modes are those of `keras_vit.export.tflite`:
 
@@ -278,6 +278,15 @@ def add_output_scale(layer):
     return layer.add_weight(
         name="output_scale", shape=(), initializer="ones", trainable=False, dtype="float32"
     )
+
+
+def refuse_keras_quantize(layer):
+    """A `ValueError` if `layer` simulates a LiteRT mode: Keras' `quantize` is not its way."""
+    if layer.qat is not None:
+        raise ValueError(
+            f"Layer {layer.name!r} simulates LiteRT's {layer.qat!r} quantization (qat): "
+            "export it to LiteRT rather than quantizing it in Keras."
+        )
 
 
 def serialization_spec(layer, spec):

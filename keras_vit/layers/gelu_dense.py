@@ -73,11 +73,7 @@ class QuantizationAwareDense(keras.layers.Dense):
         return outputs if self.activation is None else self.activation(outputs)
 
     def quantize(self, mode=None, type_check=True, config=None):
-        if self.qat is not None:
-            raise ValueError(
-                f"Layer {self.name!r} simulates LiteRT's {self.qat!r} quantization (qat): "
-                "export it to LiteRT rather than quantizing it in Keras."
-            )
+        fake_quantization.refuse_keras_quantize(self)
         # Keras' Dense refuses to quantize subclasses, whose `call` it cannot
         # vouch for; unsimulated, this one is Dense's.
         super().quantize(mode, type_check=False, config=config)

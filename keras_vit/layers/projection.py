@@ -189,11 +189,7 @@ class Projection(keras.layers.EinsumDense):
     def quantize(self, mode=None, type_check=True, config=None):
         # Keras' EinsumDense refuses to quantize subclasses, whose `call` it
         # cannot vouch for; quantized, this one runs EinsumDense's own calls.
-        if self.qat is not None:
-            raise ValueError(
-                f"Layer {self.name!r} simulates LiteRT's {self.qat!r} quantization (qat): "
-                "export it to LiteRT rather than quantizing it in Keras."
-            )
+        fake_quantization.refuse_keras_quantize(self)
         if self.lora_slots is not None:
             raise ValueError(
                 f"Layer {self.name!r} has LoRA on slots {self.lora_slots} of its kernel, which "
