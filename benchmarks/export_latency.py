@@ -43,7 +43,7 @@ def build(name):
     if name.endswith(".keras"):
         return keras.saving.load_model(name, compile=False)
     architecture = TINY if name == "tiny" else keras_vit.decode_variant(name)
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **architecture,
         input_shape=(32, 32, 3) if name == "tiny" else (224, 224, 3),
         classes=10,

@@ -31,7 +31,7 @@ CASE = textwrap.dedent(
     from keras_vit.models.variants import SMALL_MODEL
 
     calls, warmup, batch_size = (int(arg) for arg in sys.argv[1:4])
-    model = keras_vit.VisionTransformer(**SMALL_MODEL, input_shape=(28, 28, 1), classes=10)
+    model = keras_vit.ViT(**SMALL_MODEL, input_shape=(28, 28, 1), classes=10)
     batch = np.random.default_rng(0).uniform(0, 255, (batch_size, 28, 28, 1)).astype("float32")
     cases = {"predict": lambda: model.predict(batch, verbose=0)}
     if keras.backend.backend() == "tensorflow":

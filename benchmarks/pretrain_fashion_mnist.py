@@ -64,7 +64,7 @@ def finetune(pretrained, images, labels, test, fraction, seed):
         batch_size=batch_size,
         seed=seed,
     )
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **SMALL_MODELS["small/4"],
         input_shape=(28, 28, 1),
         classes=10,

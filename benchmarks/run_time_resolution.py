@@ -44,7 +44,7 @@ def measure(config, rounds, batch):
         if None in input_shape:
             arguments["base_image_size"] = config["base"]
         if config["variant"] == "tiny":
-            return keras_vit.VisionTransformer(**TINY, **arguments)
+            return keras_vit.ViT(**TINY, **arguments)
         return keras_vit.models.BUILDERS[config["variant"]](**arguments)
 
     keras.utils.set_random_seed(0)

@@ -142,7 +142,7 @@ def keras_model(library, variant, image_size, patch_dropout_rate=0.0):
     if library == "keras_vit":
         import keras_vit
 
-        return keras_vit.VisionTransformer(
+        return keras_vit.ViT(
             **arch,
             input_shape=shape,
             classes=CLASSES,
@@ -351,7 +351,7 @@ def main_job(steps):
         channels=1,
         batch_size=128,
     )
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **model_arguments("small"),
         input_shape=(28, 28, 1),
         classes=10,

@@ -22,7 +22,7 @@ from keras_vit.data import CLASS_NAMES, load_fashion_mnist
 def train_plain_vit(epochs, limit):
     keras.utils.set_random_seed(0)
     images, labels = load_fashion_mnist("train")
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         patch_size=4,
         hidden_dim=64,
         num_layers=4,

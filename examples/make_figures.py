@@ -32,7 +32,7 @@ def train(args, seed=0):
     keras.utils.set_random_seed(seed)
     images, labels = load_fashion_mnist("train", **args.data)
     images, labels = images[: args.limit].astype("float32"), labels[: args.limit]
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         patch_size=args.patch_size,
         hidden_dim=128,
         num_layers=12,

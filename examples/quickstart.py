@@ -20,7 +20,7 @@ images, labels = load_fashion_mnist("train")
 test_images, test_labels = load_fashion_mnist("test")
 
 # Any architecture; the paper's variants are keras_vit.ViTB16() etc.
-model = keras_vit.VisionTransformer(
+model = keras_vit.ViT(
     patch_size=7,
     hidden_dim=64,
     num_layers=4,

@@ -14,6 +14,7 @@ from keras_vit import labels, layers, models, ops, optimizers, weights
 from keras_vit.labels import decode_predictions
 from keras_vit.models import (
     VisionTransformer,
+    ViT,
     ViTB8,
     ViTB16,
     ViTB32,

@@ -42,7 +42,7 @@ def test_weights_saved_here_give_the_same_outputs_on_another_backend(tmp_path, i
     other = next_backend()
     expected = {}
     for name, config in CONFIGS.items():
-        model = randomize_weights(keras_vit.VisionTransformer(**config), seed=1)
+        model = randomize_weights(keras_vit.ViT(**config), seed=1)
         model.save_weights(os.path.join(tmp_path, f"{name}.weights.h5"))
         expected[name] = model.predict(images, verbose=0)
         assert np.abs(expected[name]).max() > 0.1  # not trivially zero
@@ -53,7 +53,7 @@ def test_weights_saved_here_give_the_same_outputs_on_another_backend(tmp_path, i
         from tests.test_backends import CONFIGS
         images = np.load(os.path.join({str(tmp_path)!r}, "images.npy"))
         for name, config in CONFIGS.items():
-            model = keras_vit.VisionTransformer(**config)
+            model = keras_vit.ViT(**config)
             model.load_weights(os.path.join({str(tmp_path)!r}, name + ".weights.h5"))
             np.save(os.path.join({str(tmp_path)!r}, name + ".npy"),
                     model.predict(images, verbose=0))

@@ -198,7 +198,7 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     import keras_vit
 
     benchmark = load_benchmark("mixed_precision_agreement")
-    model = keras_vit.VisionTransformer(**ONE_BLOCK)
+    model = keras_vit.ViT(**ONE_BLOCK)
     head = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)][-1]
     rng = np.random.default_rng(0)
     head.kernel.assign(rng.normal(0, 1, head.kernel.shape).astype("float32"))
@@ -221,7 +221,7 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
 
     import keras_vit
 
-    model = randomize_weights(keras_vit.VisionTransformer(**ONE_BLOCK), scale=1.0)
+    model = randomize_weights(keras_vit.ViT(**ONE_BLOCK), scale=1.0)
     before = {variable.path: np.asarray(variable) for variable in model.weights}
 
     load_benchmark("real_weights").with_int8_weights(model)
@@ -267,7 +267,7 @@ def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
     import keras_vit
 
     two_blocks = {**ONE_BLOCK, "num_layers": 2, "input_shape": (28, 28, 3)}
-    randomize_weights(keras_vit.VisionTransformer(**two_blocks)).save(tmp_path / "classifier.keras")
+    randomize_weights(keras_vit.ViT(**two_blocks)).save(tmp_path / "classifier.keras")
 
     float_blocks = load_benchmark("real_weights").int8_float_blocks
     with pytest.raises(ValueError, match=r"from 0 to 1 .*counts=\(0, 2\)"):
@@ -292,7 +292,7 @@ def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
 def test_exports_scores_keras_own_quantization_beside_the_float_model(tmp_path):
     import keras_vit
 
-    model = keras_vit.VisionTransformer(**{**ONE_BLOCK, "input_shape": (28, 28, 3)})
+    model = keras_vit.ViT(**{**ONE_BLOCK, "input_shape": (28, 28, 3)})
     randomize_weights(model).save(tmp_path / "classifier.keras")
     rows = load_benchmark("real_weights").exports(
         str(tmp_path), image_size=28, test=16, calibration=16, modes=["keras_int8"]

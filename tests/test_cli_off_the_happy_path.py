@@ -158,7 +158,7 @@ def test_evaluate_and_export_use_the_runs_own_data_by_default(folders, held_out_
 def test_evaluate_reports_the_same_cross_entropy_for_a_softmax_head_on_every_backend(
     folders, tmp_path, capsys
 ):
-    model = keras_vit.VisionTransformer(**{**TINY, "classes": 2}, seed=0)  # softmax head
+    model = keras_vit.ViT(**{**TINY, "classes": 2}, seed=0)  # softmax head
     model.save(tmp_path / "model.keras")
     assert (
         main(["evaluate", "--model", str(tmp_path / "model.keras"), "--dataset", folders["split"]])
@@ -336,7 +336,7 @@ def test_a_failed_run_leaves_no_empty_folder_and_numbers_are_checked(folders, tm
 def test_outputs_that_cannot_be_written_get_one_line_before_any_work(tmp_path):
     # /sys takes no files, whoever asks (permissions alone would not stop root).
     model = tmp_path / "model.keras"
-    keras_vit.VisionTransformer(**TINY).save(model)
+    keras_vit.ViT(**TINY).save(model)
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
     a_file = tmp_path / "notes.txt"
@@ -382,14 +382,14 @@ def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
     text = tmp_path / "notes.keras"
     text.write_text("not a model")
     real = tmp_path / "real.keras"
-    keras_vit.VisionTransformer(**TINY).save(real)
+    keras_vit.ViT(**TINY).save(real)
     truncated = tmp_path / "truncated.keras"
     truncated.write_bytes(real.read_bytes()[:2000])
     no_config = tmp_path / "no_config.keras"
     with zipfile.ZipFile(no_config, "w") as archive:
         archive.writestr("metadata.json", "{}")
     encoder = tmp_path / "encoder.keras"
-    keras_vit.VisionTransformer(**{**TINY, "include_top": False, "pooling": None}).save(encoder)
+    keras_vit.ViT(**{**TINY, "include_top": False, "pooling": None}).save(encoder)
     cnn = tmp_path / "cnn.keras"
     keras.Sequential(
         [
@@ -539,7 +539,7 @@ def test_messages_name_the_options_the_command_took():
 def test_exports_get_the_umasks_permissions(tmp_path):
     old = os.umask(0o022)
     try:
-        model = keras_vit.VisionTransformer(**TINY)
+        model = keras_vit.ViT(**TINY)
         version = keras_vit.export.saved_model(model, str(tmp_path / "serving"), warmup=False)
         result = keras_vit.export.tflite(model, str(tmp_path / "vit.tflite"))
     finally:
@@ -562,7 +562,7 @@ def test_int8_export_and_running_it_print_only_the_packages_own_lines(tmp_path):
     # A fresh process: LiteRT announces its delegate once per process.
     code = (
         "import numpy as np, keras_vit\n"
-        f"model = keras_vit.VisionTransformer(**{TINY!r})\n"
+        f"model = keras_vit.ViT(**{TINY!r})\n"
         "images = np.random.default_rng(0).uniform(0, 255, (8, 16, 16, 3)).astype('float32')\n"
         f"keras_vit.export.tflite(model, {str(tmp_path / 'm.tflite')!r}, quantization='int8',\n"
         "                         representative_data=images)\n"
@@ -598,9 +598,7 @@ def test_recipes_read_as_one_line():
 def test_inspect_says_what_it_skipped_and_draws_no_empty_frames(tmp_path, capsys):
     from keras_vit.inspect import figures
 
-    stem = keras_vit.VisionTransformer(
-        **{**TINY, "patch_size": 1}, stem_filters=(8, 8), stem_strides=(2, 2)
-    )
+    stem = keras_vit.ViT(**{**TINY, "patch_size": 1}, stem_filters=(8, 8), stem_strides=(2, 2))
     stem.save(tmp_path / "stem.keras")
     image = tmp_path / "image.png"
     image.write_bytes(tf.io.encode_png(np.zeros((16, 16, 3), "uint8")).numpy())
@@ -654,7 +652,7 @@ def test_learning_curves_count_epochs_like_the_history(tmp_path):
 
 def test_exporting_a_model_of_any_size_names_the_option_export_takes(tmp_path):
     model = tmp_path / "any_size.keras"
-    keras_vit.VisionTransformer(**{**TINY, "input_shape": (None, None, 3)}).save(model)
+    keras_vit.ViT(**{**TINY, "input_shape": (None, None, 3)}).save(model)
     for export_format in ("tflite", "onnx"):
         with pytest.raises(SystemExit) as exit_:
             main(["export", str(model), "--format", export_format])

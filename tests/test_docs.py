@@ -117,14 +117,14 @@ def allowed_keywords(target):
     allowed = set(parameters)
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         # The builders and `from_checkpoint` pass the rest on to
-        # `VisionTransformer`; other `**kwargs` are not checked.
+        # `VisionTransformer.from_arguments`; other `**kwargs` are not checked.
         if not getattr(target, "__module__", "").startswith(
             ("keras_vit.models", "keras_vit.weights")
         ):
             return None
-        from keras_vit import VisionTransformer
+        from keras_vit.models.vision_transformer import default_arguments
 
-        allowed |= set(inspect.signature(VisionTransformer).parameters)
+        allowed |= set(default_arguments())
     return allowed
 
 

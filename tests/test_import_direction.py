@@ -169,3 +169,62 @@ def test_what_sits_below_every_part_needs_only_the_standard_library():
             sys.stdlib_module_names
         )
         assert not beyond, (name, beyond)
+
+
+def module_imports(path):
+    """The keras_vit modules (not packages) that the module at `path` imports, lazily too."""
+    tree = ast.parse(open(path).read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from a.b import c`: module `a.b.c` where c is one, else module `a.b`.
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        for name in names:
+            if name.split(".")[0] == ROOT_PACKAGE and os.path.isfile(
+                os.path.join(ROOT, *name.split(".")) + ".py"
+            ):
+                found.add(name)
+    return found
+
+
+def import_circles():
+    """Every circle of imports between keras_vit's modules, as lists of module names."""
+    graph = {}
+    for path in modules_of(PACKAGE):
+        if os.path.basename(path) == "__init__.py":
+            continue  # (a package imports its modules; that is no circle)
+        name = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".")
+        graph[name] = module_imports(path) - {name}
+    circles, done = [], set()
+
+    def visit(module, trail):
+        if module in trail:
+            circles.append(trail[trail.index(module) :] + [module])
+            return
+        if module in done:
+            return
+        for other in sorted(graph.get(module, ())):
+            visit(other, trail + [module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    return circles
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    assert not import_circles(), import_circles()
+
+
+def test_the_circle_check_sees_a_lazy_circle(tmp_path, monkeypatch):
+    package = tmp_path / ROOT_PACKAGE
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from keras_vit.b import f\n")
+    (package / "b.py").write_text("def f():\n    from keras_vit import a\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["_"]), "ROOT", str(tmp_path))
+    monkeypatch.setattr(__import__(__name__, fromlist=["_"]), "PACKAGE", str(package))
+    assert import_circles() == [["keras_vit.a", "keras_vit.b", "keras_vit.a"]]

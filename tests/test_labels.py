@@ -76,11 +76,9 @@ def test_decode_predictions_refuses_what_it_cannot_name():
 @pytest.mark.parametrize("normalization", ["inception", "imagenet"])
 def test_preprocess_input_normalises_as_the_models_own_rescaling(normalization):
     options = dict(patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3)
-    rescaling = keras_vit.VisionTransformer(
-        **options, input_shape=(8, 8, 3), normalization=normalization
-    )
+    rescaling = keras_vit.ViT(**options, input_shape=(8, 8, 3), normalization=normalization)
     randomize_weights(rescaling)
-    plain = keras_vit.VisionTransformer(**options, input_shape=(8, 8, 3), include_rescaling=False)
+    plain = keras_vit.ViT(**options, input_shape=(8, 8, 3), include_rescaling=False)
     plain.set_weights(rescaling.get_weights())
     images = np.random.default_rng(0).uniform(0, 255, (2, 8, 8, 3)).astype("float32")
     np.testing.assert_array_equal(keras_vit.preprocess_input(images), images)  # models rescale

@@ -119,14 +119,14 @@ def test_builds_vit_b16_and_loads_a_checkpoint_without_tensorflow():
         from keras_vit.weights.converters.official import to_official
 
         vit_b16 = keras_vit.ViTB16()
-        source = keras_vit.VisionTransformer(
+        source = keras_vit.ViT(
             input_shape=(16, 16, 3), patch_size=8, hidden_dim=16, num_layers=2,
             num_heads=2, mlp_dim=32, classes=5, seed=1,
         )
         path = os.path.join(tempfile.mkdtemp(), "tiny.npz")
         np.savez(path, **to_official(source))  # the official checkpoints' format
         loaded = keras_vit.from_checkpoint(path)
-        built = keras_vit.VisionTransformer(
+        built = keras_vit.ViT(
             input_shape=(16, 16, 3), patch_size=8, hidden_dim=16, num_layers=2,
             num_heads=2, mlp_dim=32, classes=5, weights=path,
         )

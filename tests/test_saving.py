@@ -14,9 +14,7 @@ from tests.conftest import TINY, randomize_weights, run_python
 
 @pytest.mark.slow
 def test_keras_file_round_trips_in_a_fresh_process(tmp_path, images):
-    model = randomize_weights(
-        keras_vit.VisionTransformer(**TINY, drop_path_rate=0.1, dropout_rate=0.1)
-    )
+    model = randomize_weights(keras_vit.ViT(**TINY, drop_path_rate=0.1, dropout_rate=0.1))
     path = os.path.join(tmp_path, "vit.keras")
     model.save(path)
     np.save(os.path.join(tmp_path, "images.npy"), images)
@@ -34,7 +32,7 @@ def test_keras_file_round_trips_in_a_fresh_process(tmp_path, images):
 
 
 def test_loaded_model_keeps_its_architecture(tmp_path):
-    model = keras_vit.VisionTransformer(**TINY, layer_scale_init=1e-4, approximate_gelu=False)
+    model = keras_vit.ViT(**TINY, layer_scale_init=1e-4, approximate_gelu=False)
     path = os.path.join(tmp_path, "vit.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
@@ -49,7 +47,7 @@ def test_from_checkpoint_rebuilds_a_keras_file_at_another_size_and_class_count(t
     from keras_vit.models import from_checkpoint
 
     model = randomize_weights(
-        keras_vit.VisionTransformer(
+        keras_vit.ViT(
             **{**TINY, "patch_size": 1},
             stem_filters=(4, 8),
             stem_strides=(1, 2),
@@ -80,7 +78,7 @@ def test_from_checkpoint_rebuilds_a_keras_file_at_another_size_and_class_count(t
 
 def test_a_models_configuration_is_its_arguments_and_rebuilds_it(tmp_path, images):
     model = randomize_weights(
-        keras_vit.VisionTransformer(
+        keras_vit.ViT(
             **TINY, num_register_tokens=2, layer_scale_init=1e-4, approximate_gelu=False, seed=3
         )
     )
@@ -109,12 +107,12 @@ def test_a_models_configuration_is_its_arguments_and_rebuilds_it(tmp_path, image
 
 
 def test_a_model_built_from_a_checkpoint_records_the_checkpoints_function(tmp_path):
-    source = keras_vit.VisionTransformer(
+    source = keras_vit.ViT(
         **TINY, approximate_gelu=False, normalization="imagenet", layer_norm_epsilon=1e-5
     )
     path = str(tmp_path / "source.keras")
     source.save(path)
-    config = keras_vit.VisionTransformer(**TINY, weights=path).get_config()
+    config = keras_vit.ViT(**TINY, weights=path).get_config()
     assert (config["approximate_gelu"], config["normalization"], config["layer_norm_epsilon"]) == (
         False,
         "imagenet",
@@ -128,7 +126,7 @@ def test_a_model_built_from_a_checkpoint_records_the_checkpoints_function(tmp_pa
 
 def test_files_of_plain_functional_models_still_load_and_serve_as_checkpoints(tmp_path, images):
     # What earlier versions of keras_vit saved: a plain functional model of the same layers.
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY, approximate_gelu=False))
+    model = randomize_weights(keras_vit.ViT(**TINY, approximate_gelu=False))
     earlier = keras.Model(model.inputs, model.outputs, name=model.name)
     path = str(tmp_path / "earlier.keras")
     earlier.save(path)
@@ -143,7 +141,7 @@ def test_files_of_plain_functional_models_still_load_and_serve_as_checkpoints(tm
 
 
 def test_a_model_changed_after_it_was_built_saves_its_graph(tmp_path, images):
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY))
+    model = randomize_weights(keras_vit.ViT(**TINY))
     model.get_layer("encoderblock_0").trainable = False
     assert "layers" in model.get_config()
     path = str(tmp_path / "frozen.keras")
@@ -156,7 +154,7 @@ def test_a_model_changed_after_it_was_built_saves_its_graph(tmp_path, images):
     # Grafted onto layers before its input: the graph holds them.
     pixels = keras.Input((16, 16, 3))
     darker = keras.layers.Rescaling(0.5, name="darker")(pixels)
-    grafted = keras_vit.VisionTransformer(**{**TINY, "input_shape": None}, input_tensor=darker)
+    grafted = keras_vit.ViT(**{**TINY, "input_shape": None}, input_tensor=darker)
     path = str(tmp_path / "grafted.keras")
     grafted.save(path)
     assert keras.saving.load_model(path).get_layer("darker").scale == 0.5
@@ -165,7 +163,7 @@ def test_a_model_changed_after_it_was_built_saves_its_graph(tmp_path, images):
 def test_a_mixed_precision_model_rebuilds_under_its_own_policy(tmp_path):
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
-        model = keras_vit.VisionTransformer(**TINY)
+        model = keras_vit.ViT(**TINY)
     finally:
         keras.config.set_dtype_policy("float32")
     assert model.get_config()["dtype"] == "mixed_bfloat16"

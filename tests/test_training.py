@@ -20,7 +20,7 @@ def fashion_mnist_dataset(count=1024, batch_size=64):
 
 
 def small_vit(**kwargs):
-    return keras_vit.VisionTransformer(
+    return keras_vit.ViT(
         patch_size=7,
         hidden_dim=32,
         num_layers=2,
@@ -46,9 +46,9 @@ def test_fit_on_tf_data_lowers_the_loss():
 
 
 def test_mixed_bfloat16_trains_and_outputs_float32_logits(images):
-    float_model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    float_model = keras_vit.ViT(**TINY, classifier_activation=None)
     keras.config.set_dtype_policy("mixed_bfloat16")
-    model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
     model.set_weights(
         [
             np.random.default_rng(0).normal(0, 0.2, w.shape).astype("float32")

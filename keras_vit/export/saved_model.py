@@ -270,7 +270,7 @@ def saved_model(
     Example:
 
     ```python
-    model = keras_vit.VisionTransformer(...)
+    model = keras_vit.ViT(...)
     path = keras_vit.export.saved_model(model, "serving/vit", class_names=names)
     # docker run -p 8501:8501 -v $PWD/serving/vit:/models/vit \\
     #     -e MODEL_NAME=vit tensorflow/serving

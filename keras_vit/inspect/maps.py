@@ -84,7 +84,7 @@ def attention_maps(model, images, batch_size=32):
     Example:
 
     >>> import keras_vit
-    >>> vit = keras_vit.VisionTransformer(
+    >>> vit = keras_vit.ViT(
     ...     patch_size=4, hidden_dim=32, num_layers=2, num_heads=2, mlp_dim=64,
     ...     input_shape=(16, 16, 3), classes=10)
     >>> attention_maps(vit, np.zeros((1, 16, 16, 3))).shape

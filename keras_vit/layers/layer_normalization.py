@@ -102,8 +102,27 @@ class LayerNormalization(keras.layers.LayerNormalization):
         centered = point("centered", x - mean)
         variance = point("variance", ops.mean(point("squared", centered * centered), -1, True))
         shifted = point("shifted_variance", variance + self.epsilon)
-        outputs = point("normalized", centered * point("inverse_std", ops.rsqrt(shifted)))
+        inverse_std = point("inverse_std", self._inverse_std(shifted, training))
+        outputs = point("normalized", centered * inverse_std)
         return ops.cast(outputs, self.compute_dtype)
+
+    def _inverse_std(self, shifted, training):
+        """`1 / sqrt(shifted)`; in training, at level 0, the inverse std's top level.
+
+        A row whose variance plus epsilon rounds to 0 (a fresh model's zero
+        class token, at a range set by spread-out rows) has no inverse square
+        root: LiteRT's int8 RSQRT, and the quantization point after it at
+        inference, give the range's largest value there. Training takes that
+        value too, where `rsqrt(0)` would be infinite: its gradient NaN, and
+        the tracked range infinite. (Inference keeps the one RSQRT op that
+        the converter maps.)
+        """
+        quantizer = self.quantizers.get("inverse_std")
+        if not training or quantizer is None or not fake_quantization.simulating():
+            return ops.rsqrt(shifted)
+        positive = ops.greater(shifted, 0.0)
+        inverse_std = ops.rsqrt(ops.where(positive, shifted, 1.0))
+        return ops.where(positive, inverse_std, ops.cast(quantizer.high, inverse_std.dtype))
 
     def _normalises_last_axis(self, inputs):
         rank = len(inputs.shape)

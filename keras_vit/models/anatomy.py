@@ -40,8 +40,8 @@ def patch_pixels(model):
 
     Example:
 
-    >>> from keras_vit import VisionTransformer
-    >>> model = VisionTransformer(patch_size=1, hidden_dim=8, num_layers=1, num_heads=2,
+    >>> from keras_vit import ViT
+    >>> model = ViT(patch_size=1, hidden_dim=8, num_layers=1, num_heads=2,
     ...                           mlp_dim=16, input_shape=(16, 16, 1), classes=2,
     ...                           stem_filters=(4, 8), stem_strides=(2, 2))
     >>> patch_pixels(model)
@@ -73,8 +73,8 @@ def feature_extractor(model, blocks=None):
 
     Example:
 
-    >>> from keras_vit import VisionTransformer
-    >>> vit = VisionTransformer(
+    >>> from keras_vit import ViT
+    >>> vit = ViT(
     ...     patch_size=4, hidden_dim=32, num_layers=3, num_heads=2,
     ...     mlp_dim=64, input_shape=(16, 16, 3), classes=10,
     ... )

@@ -1,7 +1,5 @@
 """Models built from checkpoints: resolve the arguments, construct, load the weights."""
 
-import inspect
-
 from keras_vit import weights as checkpoints
 from keras_vit.models.checkpoint_arguments import (
     FROM_CHECKPOINT,
@@ -10,31 +8,24 @@ from keras_vit.models.checkpoint_arguments import (
     resolve,
 )
 from keras_vit.models.image_input import in_data_format, resolve_data_format
-from keras_vit.models.vision_transformer import VisionTransformer
-
-
-def _constructor_defaults(model_class):
-    return {
-        name: parameter.default
-        for name, parameter in inspect.signature(model_class.__init__).parameters.items()
-        if parameter.default is not inspect.Parameter.empty
-    }
+from keras_vit.models.vision_transformer import VisionTransformer, default_arguments
 
 
 def build(weights, given, model_class=VisionTransformer):
     """A model built with `weights=`: resolve its arguments, construct it, load the weights.
 
-    The builders' (and `VisionTransformer(..., weights=...)`'s) three steps,
+    The builders' three steps,
     as timm's `build_model_with_cfg` and keras-hub's `from_preset` take
     them: what the user left unset in `given` is the checkpoint's
     (`checkpoint_arguments.resolve`, which reads no weight and downloads
     nothing, and refuses a contradiction before anything is built); a
-    registered name is downloaded once; the model is constructed from plain
-    values; the weights are loaded. A file is read once for all of it.
+    registered name is downloaded once; the model is constructed from its
+    parts; the weights are loaded. A file is read once for all of it.
 
     Args:
         weights: a registered name, a `hf-hub:` id, or a checkpoint file.
-        given: `{argument: value}` of the constructor arguments the user set.
+        given: `{argument: value}` of the flat arguments the user set
+            (`VisionTransformer.from_arguments`'s).
         model_class: `VisionTransformer` or a subclass.
 
     Returns:
@@ -42,9 +33,9 @@ def build(weights, given, model_class=VisionTransformer):
     """
     weights = checkpoints.hub.checkpoint_file(weights)  # a Hub id is its file
     with checkpoints.reading_once():
-        arguments, variant = resolve(weights, given, _constructor_defaults(model_class))
+        arguments, variant = resolve(weights, given, default_arguments())
         path, _ = checkpoints.resolve(weights, variant)
-        model = model_class(**arguments)
+        model = model_class.from_arguments(**arguments)
         checkpoints.load(model, path, arguments["resample_method"])
     return model
 
@@ -54,7 +45,7 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
 
     The architecture, GELU form, LayerNorm epsilon and pixel normalisation
     are read from the checkpoint (see `checkpoint_architecture`); `overrides`
-    change any `VisionTransformer` argument, e.g. `input_shape=(384, 384,
+    change any of the model's flat arguments, e.g. `input_shape=(384, 384,
     3)` to fine-tune at a higher resolution (position embeddings
     resampled), `classes=10` for a new zero-initialised head (on a file
     without a head too),
@@ -74,7 +65,7 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
         resample_method: `"bicubic"`, `"bicubic_antialias"` or `"bilinear"`
             position resampling; `None`: the checkpoint's own (see
             `keras_vit.models.checkpoint_arguments.source_resample_method`).
-        **overrides: `VisionTransformer` arguments.
+        **overrides: flat arguments (`VisionTransformer.from_arguments`'s).
 
     Returns:
         A `VisionTransformer`.
@@ -86,15 +77,15 @@ def from_checkpoint(path, num_heads=None, resample_method=None, **overrides):
     ```
     """
     path = checked_path(path, "path")
-    unknown = set(overrides) - set(inspect.signature(VisionTransformer).parameters)
-    if unknown:
-        raise TypeError(
-            f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
-        )
     if "weights" in overrides:
         raise TypeError(
             f"from_checkpoint loads path={path!r}; it takes no `weights`. Received: "
             f"weights={overrides['weights']!r}"
+        )
+    unknown = set(overrides) - set(default_arguments())
+    if unknown:
+        raise TypeError(
+            f"Unknown VisionTransformer arguments {sorted(unknown)} for from_checkpoint."
         )
     with checkpoints.reading_once():  # for its shapes here, then its weights: one read
         arguments = checkpoint_architecture(path, num_heads)

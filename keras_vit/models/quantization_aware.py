@@ -1,7 +1,7 @@
 """The quantization-aware copy of a float ViT classifier, for LiteRT's integer modes.
 
 `quantization_aware_copy(model, "int8_full", images)` returns a
-`VisionTransformer(..., qat="int8_full")` that computes the float model's
+`ViT(..., qat="int8_full")` that computes the float model's
 function with the rounding of the LiteRT file in its forward pass
 (`layers.fake_quantization`). Fine-tuning it (`model.fit`, or `keras-vit
 finetune --qat`) teaches the weights to survive that rounding, and its
@@ -75,7 +75,7 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
     Example:
 
     >>> import keras_vit
-    >>> model = keras_vit.VisionTransformer(
+    >>> model = keras_vit.ViT(
     ...     patch_size=7, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
     ...     input_shape=(28, 28, 1), classes=10)
     >>> images = np.random.default_rng(0).uniform(0, 255, (32, 28, 28, 1))

@@ -121,7 +121,7 @@ def rotated_copy(model, seed=0):
 
     Example:
     >>> import keras_vit
-    >>> model = keras_vit.VisionTransformer(
+    >>> model = keras_vit.ViT(
     ...     patch_size=7, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
     ...     input_shape=(28, 28, 1), classes=10)
     >>> head = model.get_layer("head")

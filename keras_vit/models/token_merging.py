@@ -48,7 +48,7 @@ def merge_tokens(model, r):
     Example:
 
     >>> import keras_vit
-    >>> model = keras_vit.VisionTransformer(
+    >>> model = keras_vit.ViT(
     ...     input_shape=(32, 32, 3), patch_size=4, hidden_dim=32,
     ...     num_layers=2, num_heads=2, mlp_dim=64, classes=10)
     >>> merged = keras_vit.models.merge_tokens(model, r=8)

@@ -61,7 +61,7 @@ def decode_variant(variant):
 
     Returns:
         dict with `patch_size`, `hidden_dim`, `num_layers`, `num_heads` and
-        `mlp_dim`, ready for `VisionTransformer(**decode_variant(...))`.
+        `mlp_dim`, ready for `ViT(**decode_variant(...))`.
 
     Example:
 

@@ -5,7 +5,7 @@ pre-training is plain `model.fit` on a `tf.data` pipeline on every backend,
 with no `train_step` of its own:
 
 - `build(encoder)`: a functional model around the layers of a ViT encoder
-  (`VisionTransformer(include_top=False, pooling=None)`), with extra inputs
+  (`ViT(include_top=False, pooling=None)`), with extra inputs
   that say which patches to corrupt or drop; the encoder's layers are
   shared, so after training `encoder` holds the pre-trained weights;
 - `batches(data, model, seed)`: maps a pipeline's `(images, labels)`
@@ -17,7 +17,7 @@ with no `train_step` of its own:
 Example:
 
 ```python
-encoder = keras_vit.VisionTransformer(
+encoder = keras_vit.ViT(
     patch_size=4, hidden_dim=64, num_layers=4, num_heads=4, mlp_dim=128,
     input_shape=(28, 28, 1), include_top=False, pooling=None)
 objective = keras_vit.pretraining.MaskedPatchPrediction()
@@ -26,7 +26,7 @@ model.compile(optimizer="adamw", **objective.compile_arguments())
 train = keras_vit.data.fashion_mnist("train", image_size=28, channels=1,
                                      training=True, crop_scale=None)
 model.fit(objective.batches(train.data, model), epochs=10)
-classifier = keras_vit.VisionTransformer(..., classes=10)
+classifier = keras_vit.ViT(..., classes=10)
 keras_vit.pretraining.transfer_encoder(model, classifier)
 ```
 """
@@ -39,7 +39,7 @@ from keras_vit import layers as vit_layers
 from keras_vit.pretraining import masking
 
 MPP_TARGETS = ("mean_color", "color_grid", "pixels")
-# The layers of an encoder built by `VisionTransformer(include_top=False,
+# The layers of an encoder built by `ViT(include_top=False,
 # pooling=None)`, one after the other (a chain: each takes the previous output).
 _CHAIN_LAYERS = (
     "rescaling",
@@ -110,7 +110,7 @@ def encoder_chain(encoder):
     unknown = [n for n in names if n not in _CHAIN_LAYERS and not n.startswith("encoderblock_")]
     if unknown or not names or names[-1] != "encoder_norm":
         raise ValueError(
-            "`encoder` must be a VisionTransformer(include_top=False, pooling=None), "
+            "`encoder` must be a ViT(include_top=False, pooling=None), "
             f"ending in 'encoder_norm'. Received layers {names}"
         )
     return encoder.layers[1:]

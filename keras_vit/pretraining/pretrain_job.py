@@ -110,7 +110,7 @@ def _model(run, objective, architecture, channels, train_data):
     settings, recipe = run.settings, run.recipe
     steps_per_epoch = run.steps_per_epoch(train_data)
     size = settings.image_size
-    encoder = keras_vit.VisionTransformer(
+    encoder = keras_vit.ViT(
         **{**architecture, "pooling": None},
         include_top=False,
         input_shape=(size, size, channels),

@@ -26,7 +26,7 @@ def transfer_encoder(pretrained, model):
     Example:
 
     ```python
-    classifier = keras_vit.VisionTransformer(..., classes=10)
+    classifier = keras_vit.ViT(..., classes=10)
     keras_vit.pretraining.transfer_encoder("pretrain_run/model.keras", classifier)
     ```
     """

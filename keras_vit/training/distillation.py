@@ -3,7 +3,7 @@
 DeiT (Touvron et al. 2021) trains a ViT from a CNN's predictions: the
 student matches the true labels and the teacher's, through its class token
 or, with a distillation token, through a second head of its own. At
-inference the two heads are averaged (`VisionTransformer(
+inference the two heads are averaged (`ViT(
 distillation_token=True)` does it in its graph), so what is saved and
 exported is a plain classifier. `Distiller` is the training wrapper: it
 holds the student and a frozen teacher, and its loss is DeiT's.
@@ -130,7 +130,7 @@ class Distiller(keras.Model):
       teacher's and the student's softmax at `temperature` (Hinton et al.).
 
     `alpha` is the distillation term's share. A student with DeiT's
-    distillation token (`VisionTransformer(distillation_token=True)`)
+    distillation token (`ViT(distillation_token=True)`)
     learns the labels through its class head and the teacher through its
     distillation head; without the token one head learns both. The student
     gives logits (`classifier_activation=None`); the teacher logits or
@@ -154,7 +154,7 @@ class Distiller(keras.Model):
     >>> import numpy as np, keras, keras_vit
     >>> teacher = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
     ...                             keras.layers.Dense(4)])
-    >>> student = keras_vit.VisionTransformer(
+    >>> student = keras_vit.ViT(
     ...     input_shape=(8, 8, 3), patch_size=4, hidden_dim=8, num_layers=1, num_heads=2,
     ...     mlp_dim=8, classes=4, classifier_activation=None, distillation_token=True)
     >>> distiller = Distiller(student, teacher, mode="hard")

@@ -135,7 +135,7 @@ def layer_decay_scales(model, layer_decay):
     Example:
 
     >>> import keras_vit
-    >>> model = keras_vit.VisionTransformer(
+    >>> model = keras_vit.ViT(
     ...     input_shape=(8, 8, 3), patch_size=4, hidden_dim=8, num_layers=2,
     ...     num_heads=2, mlp_dim=8, classes=2)
     >>> scales = layer_decay_scales(model, 0.5)

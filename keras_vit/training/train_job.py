@@ -465,7 +465,7 @@ def _model(job, data):
             network = keras_vit.from_checkpoint(settings.weights, include_top=True, **options)
             name = f"fine-tuned {os.path.basename(str(settings.weights))}"
         else:
-            network = keras_vit.VisionTransformer(**job.architecture, **options)
+            network = keras_vit.ViT(**job.architecture, **options)
             name = settings.model
         if settings.lora is not None:
             network.enable_lora(settings.lora, target=lora_targets(settings.lora_target))

@@ -18,7 +18,7 @@ ARCH = dict(patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32)
 
 
 def fit_a_few_steps(dataset, image_size, channels=3):
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **ARCH,
         input_shape=(image_size, image_size, channels),
         classes=dataset.num_classes,

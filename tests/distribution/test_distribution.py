@@ -47,7 +47,7 @@ def one_step(plan, run):
     recipe, lora = RUNS[run]
     keras.utils.set_random_seed(7)
     with plan.scope():
-        model = keras_vit.VisionTransformer(**architecture, classifier_activation=None)
+        model = keras_vit.ViT(**architecture, classifier_activation=None)
         if lora:
             model.enable_lora(lora)
         # No warm-up: step 0 moves the weights. Both recipes clip the
@@ -99,14 +99,14 @@ def one_step(backend, devices, kinds):
 
 
 def tiny_variables():
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY)
     return {v.path: tuple(v.shape) for v in model.variables}
 
 
 def test_layout_map_shards_attention_and_mlp_kernels_and_replicates_the_rest():
     mesh = device_mesh(2, devices=["cpu:0", "cpu:1", "cpu:2", "cpu:3"])
     assert mesh.shape == (2, 2) and list(mesh.axis_names) == ["batch", "model"]
-    layouts = layout_map(keras_vit.VisionTransformer(**TINY), mesh)
+    layouts = layout_map(keras_vit.ViT(**TINY), mesh)
     expected = {
         "attention/qkv/kernel": (None, None, "model", None),  # (D, 3, heads, head_dim)
         "attention/qkv/bias": (None, "model", None),

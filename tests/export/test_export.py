@@ -64,7 +64,7 @@ import keras, keras_vit
 from tests.export.test_export import SMALL, fashion_training_images
 images, labels = fashion_training_images()
 keras.utils.set_random_seed(0)
-model = keras_vit.VisionTransformer(**SMALL, name="fashion_vit", seed=0)
+model = keras_vit.ViT(**SMALL, name="fashion_vit", seed=0)
 model.compile(optimizer=keras.optimizers.Adam(2e-3),
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(images, labels, batch_size=128, epochs=3, verbose=0)
@@ -89,7 +89,7 @@ def trained(tmp_path_factory):
     each suite builds the model on its own backend and loads the weights.
     """
     folder = shared_artifact("export_small_vit", train_small, tmp_path_factory)
-    model = keras_vit.VisionTransformer(**SMALL, name="fashion_vit")
+    model = keras_vit.ViT(**SMALL, name="fashion_vit")
     model.load_weights(os.path.join(folder, "model.weights.h5"))
     return model
 
@@ -298,7 +298,7 @@ def test_tflite_rejects_bad_arguments(trained, tmp_path):
 def test_a_tflite_and_an_onnx_file_in_one_folder_keep_their_own_metadata(tmp_path):
     from keras_vit.export import TFLiteModel
 
-    model = keras_vit.VisionTransformer(**TINY_EXPORT, name="both")
+    model = keras_vit.ViT(**TINY_EXPORT, name="both")
     tflite = keras_vit.export.tflite(model, tmp_path / "model.tflite")
     onnx = keras_vit.export.onnx(model, tmp_path / "model.onnx")
     assert tflite["metadata_path"] != onnx["metadata_path"]
@@ -317,7 +317,7 @@ def test_a_tflite_and_an_onnx_file_in_one_folder_keep_their_own_metadata(tmp_pat
 @pytest.fixture(scope="module")
 def any_size(trained):
     """The trained model rebuilt for images of any size (its table laid out for 28x28)."""
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **{**SMALL, "input_shape": (None, None, 1)}, base_image_size=28, name="fashion_vit_any_size"
     )
     model.set_weights(trained.get_weights())
@@ -417,9 +417,7 @@ def test_onnx_of_an_exact_gelu_model_loads_in_onnx_runtime_and_agrees_with_keras
     import onnx as onnx_format
 
     architecture = dict(TINY, layer_scale_init=0.1, classifier_activation=None)
-    model = randomize_weights(
-        keras_vit.VisionTransformer(**architecture, approximate_gelu=False), scale=1.0
-    )
+    model = randomize_weights(keras_vit.ViT(**architecture, approximate_gelu=False), scale=1.0)
     path = tmp_path / "exact.onnx"
     keras_vit.export.onnx(model, path)
     ops_written = {node.op_type for node in onnx_format.load(path).graph.node}
@@ -428,7 +426,7 @@ def test_onnx_of_an_exact_gelu_model_loads_in_onnx_runtime_and_agrees_with_keras
     report = keras_vit.export.check_onnx(path, model, images, latency_runs=1)
     assert report["max_abs_error"] <= 1e-5, report
     # Agreeing within 1e-5 tells exact from tanh GELU: the same weights differ by more.
-    tanh = keras_vit.VisionTransformer(**architecture, approximate_gelu=True)
+    tanh = keras_vit.ViT(**architecture, approximate_gelu=True)
     tanh.set_weights(model.get_weights())
     difference = np.abs(tanh.predict(images, verbose=0) - model.predict(images, verbose=0)).max()
     assert difference > 1e-4, difference
@@ -455,7 +453,7 @@ def test_onnx_of_every_function_runs_in_onnx_runtime_and_agrees_with_keras(tmp_p
     images = np.random.default_rng(1).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
     for index, (function, options) in enumerate(ONNX_FUNCTIONS.items()):
         model = randomize_weights(
-            keras_vit.VisionTransformer(**{**TINY, "classifier_activation": None, **options}),
+            keras_vit.ViT(**{**TINY, "classifier_activation": None, **options}),
             seed=index,
             scale=0.5,
         )
@@ -537,7 +535,7 @@ def test_an_export_that_loses_the_models_answers_is_kept_and_flagged(tmp_path, c
     # (as real checkpoints' outlier channels do to naive int8; the rotated
     # residual stream of the int8 modes does not reach inside the MLP).
     # In every block, its MLP scaled up to decide the answers.
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY, classifier_activation=None))
+    model = randomize_weights(keras_vit.ViT(**TINY, classifier_activation=None))
     for index in range(TINY["num_layers"]):
         block = model.get_layer(f"encoderblock_{index}")
         kernel, bias = block.mlp_dense_1.get_weights()
@@ -589,8 +587,8 @@ def test_patch_dropout_leaves_the_exported_graph_unchanged(tmp_path):
     # Training drops tokens; inference, and so every export, sees them all:
     # the same ops as the model without the layer, and the same outputs.
     tiny = dict(SMALL, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32, seed=0)
-    model = keras_vit.VisionTransformer(**tiny, patch_dropout_rate=0.5)
-    plain = keras_vit.VisionTransformer(**tiny)
+    model = keras_vit.ViT(**tiny, patch_dropout_rate=0.5)
+    plain = keras_vit.ViT(**tiny)
     plain.set_weights(model.get_weights())
     counts = [
         keras_vit.export.tflite(m, str(tmp_path / f"{m.name}_{i}.tflite"))["op_counts"]

@@ -29,7 +29,7 @@ TINY = dict(
 
 def float_model(layer_scale_init=0.1, seed=0):
     """A tiny float ViT with random weights of a trained model's spread (LayerScale, norms)."""
-    model = keras_vit.VisionTransformer(**TINY, layer_scale_init=layer_scale_init)
+    model = keras_vit.ViT(**TINY, layer_scale_init=layer_scale_init)
     rng = np.random.default_rng(seed)
     for variable in model.weights:
         value = rng.normal(size=variable.shape) * (0.4 if len(variable.shape) > 1 else 0.1)
@@ -132,6 +132,27 @@ def test_training_tracks_the_ranges_and_a_saved_model_resumes_them(tmp_path):
         np.testing.assert_array_equal(np.asarray(saved), np.asarray(restored))
 
 
+def test_a_fresh_models_int8_full_copy_trains_with_finite_ranges_and_outputs():
+    # A fresh model's class token is zero: after the position embedding its
+    # row is near constant, and at int8_full its variance rounds to level 0
+    # of a range that spread-out rows set (once all-NaN rows and ranges).
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT(**TINY)
+    x, y = images(32), np.random.default_rng(2).integers(0, 4, 32)
+    copy = quantization_aware_copy(model, "int8_full", x)
+    trained = keras.ops.convert_to_numpy(copy(x, training=True))
+    assert np.isfinite(trained).all()
+    copy.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = copy.fit(x, y, batch_size=16, epochs=1, verbose=0).history
+    assert np.isfinite(history["loss"]).all(), history
+    bad = [v.path for v in copy.weights if not np.isfinite(keras.ops.convert_to_numpy(v)).all()]
+    assert not bad, bad
+    assert np.isfinite(outputs(copy, x)).all()
+
+
 def test_bad_requests_are_refused_before_any_copy():
     model = float_model()
     with pytest.raises(ValueError, match="qat.*'int8', 'int8_full'.*qat='int4'"):
@@ -140,9 +161,7 @@ def test_bad_requests_are_refused_before_any_copy():
         quantization_aware_copy(model, "int8", images(8))
     with pytest.raises(ValueError, match=r"shape \(N, 8, 8, 3\).*\(40, 8, 8\)"):
         quantization_aware_copy(model, "int8", images(40)[..., 0])
-    headless = keras_vit.VisionTransformer(
-        **{**TINY, "classifier_activation": "softmax"}, include_top=False
-    )
+    headless = keras_vit.ViT(**{**TINY, "classifier_activation": "softmax"}, include_top=False)
     with pytest.raises(ValueError, match="needs a classifier with its head"):
         quantization_aware_copy(headless, "int8", images(40))
     qat = quantization_aware_copy(model, "int8", images(40))
@@ -154,9 +173,9 @@ def test_bad_requests_are_refused_before_any_copy():
     with pytest.raises(ValueError, match="Layer 'qkv' simulates LiteRT's 'int8'"):
         qkv.quantize("int8")
     with pytest.raises(ValueError, match="qat='int8' simulates the plain ViT layout"):
-        keras_vit.VisionTransformer(**TINY, stem_filters=(8,), qat="int8")
+        keras_vit.ViT(**TINY, stem_filters=(8,), qat="int8")
     with pytest.raises(ValueError, match="`qat` must be None or one of"):
-        keras_vit.VisionTransformer(**TINY, qat="int16x8")
+        keras_vit.ViT(**TINY, qat="int16x8")
 
 
 def learned_ranges(model):

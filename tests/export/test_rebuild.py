@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.backend_independent]
 def test_one_child_serves_every_export_of_a_process_and_outlives_their_errors(
     tmp_path, monkeypatch
 ):
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY)
     monkeypatch.chdir(tmp_path)
 
     with pytest.raises(RuntimeError, match=r"(?s)for `tflite` failed.*must end in '\.tflite'"):

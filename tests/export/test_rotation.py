@@ -41,7 +41,7 @@ def channel_imbalance(model, images):
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_a_rotated_copy_computes_the_same_outputs_without_the_outlier_channel(layout):
     model = with_outlier_channel(
-        keras_vit.VisionTransformer(**{**TINY, "classifier_activation": None, **LAYOUTS[layout]})
+        keras_vit.ViT(**{**TINY, "classifier_activation": None, **LAYOUTS[layout]})
     )
     images = np.random.default_rng(1).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
     expected = keras.ops.convert_to_numpy(model(images))
@@ -67,20 +67,18 @@ def test_layouts_outside_the_rewrite_are_named_and_refused():
         (dict(stem_filters=(8,), patch_size=2), "stem"),
         (dict(include_top=False, pooling="token"), "no head/kernel"),
     ):
-        model = keras_vit.VisionTransformer(**{**TINY, **options})
+        model = keras_vit.ViT(**{**TINY, **options})
         assert any(named in path for path in unrotatable_weights(model)), options
         with pytest.raises(ValueError, match=named):
             rotated_copy(model)
-    assert unrotatable_weights(keras_vit.VisionTransformer(**TINY)) == []
+    assert unrotatable_weights(keras_vit.ViT(**TINY)) == []
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="the conversion runs on TensorFlow")
 def test_int8_tflite_of_a_model_with_an_outlier_channel_is_closer_to_keras_rotated(tmp_path):
     model = with_outlier_channel(
-        keras_vit.VisionTransformer(
-            **{**TINY, "classifier_activation": None, "layer_scale_init": 0.1}
-        ),
+        keras_vit.ViT(**{**TINY, "classifier_activation": None, "layer_scale_init": 0.1}),
         size=60.0,
     )
     rng = np.random.default_rng(2)
@@ -105,9 +103,7 @@ def test_int8_tflite_of_a_model_with_an_outlier_channel_is_closer_to_keras_rotat
 def test_a_rotated_copy_that_changes_the_answers_is_not_quantised(tmp_path, monkeypatch):
     from keras_vit.models import rotation
 
-    model = with_outlier_channel(
-        keras_vit.VisionTransformer(**{**TINY, "classifier_activation": None})
-    )
+    model = with_outlier_channel(keras_vit.ViT(**{**TINY, "classifier_activation": None}))
 
     def off_by_one(model, seed=0):
         copy = rotated_copy(model, seed)

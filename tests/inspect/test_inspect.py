@@ -14,7 +14,7 @@ from tests.conftest import TINY, randomize_weights
 
 @pytest.fixture
 def model():
-    vit = keras_vit.VisionTransformer(**TINY, seed=0)
+    vit = keras_vit.ViT(**TINY, seed=0)
     randomize_weights(vit, seed=1)
     return vit
 
@@ -75,7 +75,7 @@ def test_uniform_attention_gives_uniform_rollout_and_the_grid_mean_distance(mode
 
 def test_a_max_pool_stem_model_is_inspected_on_its_rounded_up_grid(tmp_path):
     # The main job's geometry: 28 px -> 14 -> 7 -> 4 tokens a side.
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **{**TINY, "patch_size": 1, "input_shape": (28, 28, 1)},
         stem_filters=(4, 4, 8),
         stem_downsampling=("max_pool", "max_pool", "convolution"),
@@ -109,9 +109,7 @@ def test_position_similarity_and_embedding_filters(model):
     np.testing.assert_allclose(flat, flat.T, atol=1e-6)
     filters = vit_inspect.embedding_filters(model, components=5)
     assert filters.shape == (5, 4, 4, 3) and filters.min() >= 0 and filters.max() <= 1
-    stem = keras_vit.VisionTransformer(
-        **{**TINY, "patch_size": 1}, stem_filters=(8, 8), stem_strides=(2, 2)
-    )
+    stem = keras_vit.ViT(**{**TINY, "patch_size": 1}, stem_filters=(8, 8), stem_strides=(2, 2))
     with pytest.raises(ValueError, match="convolutional stem"):
         vit_inspect.embedding_filters(stem)
 

@@ -73,8 +73,8 @@ TINY = dict(
 
 
 def test_a_vit_with_patch_dropout_trains_on_fewer_tokens_and_predicts_on_all():
-    model = keras_vit.VisionTransformer(**TINY, patch_dropout_rate=0.5)
-    plain = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY, patch_dropout_rate=0.5)
+    plain = keras_vit.ViT(**TINY)
     # The same weights: the layer adds none, and inference is unchanged.
     assert [w.shape for w in model.weights] == [w.shape for w in plain.weights]
     plain.set_weights(model.get_weights())
@@ -92,7 +92,7 @@ def test_a_vit_with_patch_dropout_trains_on_fewer_tokens_and_predicts_on_all():
 
 
 def test_a_saved_vit_keeps_its_patch_dropout(tmp_path):
-    model = keras_vit.VisionTransformer(**TINY, patch_dropout_rate=0.25)
+    model = keras_vit.ViT(**TINY, patch_dropout_rate=0.25)
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert loaded.get_layer("patch_dropout").rate == 0.25
@@ -105,12 +105,12 @@ def test_a_saved_vit_keeps_its_patch_dropout(tmp_path):
 @pytest.mark.parametrize("rate", [1.0, -0.1, True, "0.5"])
 def test_vit_refuses_a_bad_patch_dropout_rate(rate):
     with pytest.raises(ValueError, match="patch_dropout_rate"):
-        keras_vit.VisionTransformer(**TINY, patch_dropout_rate=rate)
+        keras_vit.ViT(**TINY, patch_dropout_rate=rate)
 
 
 def test_vit_refuses_patch_dropout_at_run_time_resolution():
     with pytest.raises(ValueError, match="fixed input size"):
-        keras_vit.VisionTransformer(
+        keras_vit.ViT(
             **{**TINY, "input_shape": (None, None, 1)},
             base_image_size=16,
             patch_dropout_rate=0.5,

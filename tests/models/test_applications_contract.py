@@ -119,7 +119,7 @@ def outputs(model, images):
 
 
 def tiny(**kwargs):
-    return keras_vit.VisionTransformer(
+    return keras_vit.ViT(
         patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32, classes=3, **kwargs
     )
 

@@ -48,7 +48,7 @@ def numpy(tensor):
 
 
 def test_backbone_contract():
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY)
     # Serialization, without a full save: the config, and Keras' own round trip.
     config = json.dumps(model.get_config(), sort_keys=True)
     revived = keras_vit.VisionTransformer.from_config(model.get_config())
@@ -71,7 +71,7 @@ def test_backbone_contract():
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16", "bfloat16"])
 def test_a_precision_policy_given_at_construction_reaches_every_sublayer(policy):
     policy = keras.mixed_precision.Policy(policy)
-    model = keras_vit.VisionTransformer(**TINY, dtype=policy)
+    model = keras_vit.ViT(**TINY, dtype=policy)
     images = image_batch()
     head_dtype = policy.variable_dtype  # (the module's docstring says why)
     assert keras.backend.standardize_dtype(model(images).dtype) == head_dtype
@@ -98,12 +98,12 @@ def quantizable(model):
 
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
 def test_a_dtype_policy_map_given_at_construction_quantizes_those_layers(mode):
-    instance = keras_vit.VisionTransformer(**TINY)
+    instance = keras_vit.ViT(**TINY)
     policy_map = keras.dtype_policies.DTypePolicyMap("float32")
     for layer in quantizable(instance):
         policy_map[layer.path] = keras.dtype_policies.get(f"{mode}_from_float32")
     assert len(policy_map) == 4 * TINY["num_layers"] + 1  # every projection and the head
-    model = keras_vit.VisionTransformer(**TINY, dtype=policy_map)
+    model = keras_vit.ViT(**TINY, dtype=policy_map)
     model(image_batch())
     for layer in quantizable(model):
         assert layer.quantization_mode == mode, layer.path
@@ -127,8 +127,8 @@ ERROR_BOUNDS = {"int8": (1e-4, 0.03), "float8": (1e-4, 0.1), "int4": (1e-3, 0.4)
 
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
 def test_quantize_right_after_building_reaches_every_projection_and_saves(mode, tmp_path):
-    reference = randomize_weights(keras_vit.VisionTransformer(**LOGITS), scale=0.1)
-    model = keras_vit.VisionTransformer(**LOGITS)
+    reference = randomize_weights(keras_vit.ViT(**LOGITS), scale=0.1)
+    model = keras_vit.ViT(**LOGITS)
     model.set_weights(reference.get_weights())
     model.quantize(mode)
     quantized = {layer.path for layer in model._flatten_layers() if layer.quantization_mode}
@@ -155,9 +155,9 @@ def test_quantize_right_after_building_reaches_every_projection_and_saves(mode, 
 
 
 def test_a_model_loaded_from_a_checkpoint_quantizes(tmp_path):
-    reference = randomize_weights(keras_vit.VisionTransformer(**LOGITS), scale=0.1)
+    reference = randomize_weights(keras_vit.ViT(**LOGITS), scale=0.1)
     reference.save(tmp_path / "float.keras")
-    model = keras_vit.VisionTransformer(**LOGITS, weights=str(tmp_path / "float.keras"))
+    model = keras_vit.ViT(**LOGITS, weights=str(tmp_path / "float.keras"))
     model.quantize("int8")
     images = image_batch()
     assert 1e-4 < quantization_error(model, reference, images) < ERROR_BOUNDS["int8"][1]
@@ -193,7 +193,7 @@ def earlier_layout(path):
 
 
 def test_files_of_the_earlier_attention_layout_load_every_way(tmp_path):
-    model = randomize_weights(keras_vit.VisionTransformer(**LOGITS))
+    model = randomize_weights(keras_vit.ViT(**LOGITS))
     path = str(tmp_path / "earlier.keras")
     model.save(path)
     earlier_layout(path)
@@ -201,7 +201,7 @@ def test_files_of_the_earlier_attention_layout_load_every_way(tmp_path):
     expected = numpy(model(images))
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(numpy(loaded(images)), expected, atol=1e-6)
-    from_file = keras_vit.VisionTransformer(**LOGITS, weights=path)
+    from_file = keras_vit.ViT(**LOGITS, weights=path)
     np.testing.assert_allclose(numpy(from_file(images)), expected, atol=1e-6)
     tensors = read_keras_weights(path)
     assert sorted(tensors) == sorted(weight.path for weight in model.weights)
@@ -218,9 +218,9 @@ def test_files_of_the_earlier_attention_layout_load_every_way(tmp_path):
     ],
 )
 def test_a_remat_scope_makes_its_blocks_recompute_and_trains_to_the_same_weights(scope, recomputed):
-    plain = randomize_weights(keras_vit.VisionTransformer(**TINY), scale=0.05)
+    plain = randomize_weights(keras_vit.ViT(**TINY), scale=0.05)
     with keras.RematScope(**scope):
-        model = keras_vit.VisionTransformer(**TINY)
+        model = keras_vit.ViT(**TINY)
     model.set_weights(plain.get_weights())
     blocks = [model.get_layer(f"encoderblock_{index}") for index in range(TINY["num_layers"])]
     assert [block.remat for block in blocks] == recomputed
@@ -249,7 +249,7 @@ KERAS_EXPORTS = {
 def test_keras_own_export_formats_compute_the_model(export_format, tmp_path):
     if export_format not in KERAS_EXPORTS[BACKEND]:
         pytest.skip(f"Keras offers no {export_format} export of a functional model on {BACKEND}")
-    model = randomize_weights(keras_vit.VisionTransformer(**LOGITS), scale=0.1)
+    model = randomize_weights(keras_vit.ViT(**LOGITS), scale=0.1)
     images = image_batch()
     expected = numpy(model(images))  # (ONNX exports a model that has been called)
     name = {"tf_saved_model": "saved_model", "litert": "vit.tflite", "onnx": "vit.onnx"}

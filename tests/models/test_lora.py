@@ -23,7 +23,7 @@ def images_and_labels():
 
 
 def model_with_weights(seed=0):
-    return randomize_weights(keras_vit.VisionTransformer(**LOGITS), seed=seed, scale=0.1)
+    return randomize_weights(keras_vit.ViT(**LOGITS), seed=seed, scale=0.1)
 
 
 def fit(model, epochs=3):
@@ -122,7 +122,7 @@ def test_lora_files_for_another_model_are_refused_before_any_weight_moves(tmp_pa
     other_rank.enable_lora(2)
     with pytest.raises(ValueError, match="holds LoRA .*'rank': 4.*the model has LoRA .*'rank': 2"):
         other_rank.load_lora_weights(path)
-    wider = keras_vit.VisionTransformer(**{**LOGITS, "hidden_dim": 64, "mlp_dim": 128})
+    wider = keras_vit.ViT(**{**LOGITS, "hidden_dim": 64, "mlp_dim": 128})
     wider.enable_lora(4)
     before = [numpy(v) for v in wider.weights]
     with pytest.raises(ValueError, match="LoRA weights of another architecture"):

@@ -16,7 +16,7 @@ def images(count=4):
 
 
 def test_each_block_merges_r_pairs_and_the_model_saves_and_loads(tmp_path):
-    model = randomize_weights(keras_vit.VisionTransformer(**FUNCTION), scale=0.5)
+    model = randomize_weights(keras_vit.ViT(**FUNCTION), scale=0.5)
     merged = merge_tokens(model, 3)
     # 16 patches and the class token: 3 fewer after each of the two blocks.
     assert [merged.get_layer(f"encoderblock_{i}").output[0].shape[1] for i in (0, 1)] == [14, 11]
@@ -35,9 +35,7 @@ def test_each_block_merges_r_pairs_and_the_model_saves_and_loads(tmp_path):
 
 
 def test_a_distilled_models_two_heads_read_their_tokens_after_merging():
-    model = randomize_weights(
-        keras_vit.VisionTransformer(**FUNCTION, distillation_token=True), scale=0.5
-    )
+    model = randomize_weights(keras_vit.ViT(**FUNCTION, distillation_token=True), scale=0.5)
     merged = merge_tokens(model, 3)
     # 16 patches and the two tokens that are never merged: 3 fewer patches a block.
     assert merged.get_layer("encoderblock_1").output[0].shape[1] == 2 + 16 - 6
@@ -60,21 +58,21 @@ def test_the_largest_r_leaves_every_block_half_its_patches_to_merge_into():
 
 
 def test_merge_tokens_refuses_what_it_cannot_merge():
-    model = keras_vit.VisionTransformer(**FUNCTION)
+    model = keras_vit.ViT(**FUNCTION)
     with pytest.raises(ValueError, match=r"from 1 to 5: .* 2 blocks .* 16 patch tokens. .*r=6"):
         merge_tokens(model, 6)
     with pytest.raises(ValueError, match="r=0"):
         merge_tokens(model, 0)
     with pytest.raises(ValueError, match="pooling='token'.*'gap'"):
-        merge_tokens(keras_vit.VisionTransformer(**TINY, pooling="gap", class_token=False), 2)
+        merge_tokens(keras_vit.ViT(**TINY, pooling="gap", class_token=False), 2)
     with pytest.raises(ValueError, match="fixed input size"):
-        merge_tokens(keras_vit.VisionTransformer(**{**TINY, "input_shape": (None, None, 3)}), 2)
+        merge_tokens(keras_vit.ViT(**{**TINY, "input_shape": (None, None, 3)}), 2)
 
 
 def test_exports_keep_the_merging(tmp_path):
     import onnxruntime
 
-    model = randomize_weights(keras_vit.VisionTransformer(**FUNCTION), scale=0.5)
+    model = randomize_weights(keras_vit.ViT(**FUNCTION), scale=0.5)
     merged = merge_tokens(model, 5)
     expected = ops.convert_to_numpy(merged(images()))
     path = str(tmp_path / "merged.onnx")

@@ -40,7 +40,7 @@ def test_each_width_and_patch_size_at_one_block_has_the_counted_parameters(varia
     # values: a stateless scope leaves them uninitialised (on JAX, each new
     # shape's random initializer is a compilation, 2 s a model).
     with keras.StatelessScope(initialize_variables=False):
-        model = keras_vit.VisionTransformer(**arch)
+        model = keras_vit.ViT(**arch)
     assert model.count_params() == parameter_count(arch)
 
 
@@ -60,24 +60,24 @@ def test_every_published_builder_is_exported_with_its_architecture():
 
 
 def test_classifier_outputs_probabilities(images):
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY))
+    model = randomize_weights(keras_vit.ViT(**TINY))
     probabilities = ops.convert_to_numpy(model(images))
     assert probabilities.shape == (4, 5)
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
 
 
 def test_head_starts_at_zero():
-    model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
     head = model.get_layer("head")
     assert not np.any(ops.convert_to_numpy(head.kernel))
 
 
 def test_feature_outputs_without_top(images):
-    features = keras_vit.VisionTransformer(**TINY, include_top=False)
+    features = keras_vit.ViT(**TINY, include_top=False)
     assert features.output_shape == (None, 32)
-    tokens = keras_vit.VisionTransformer(**TINY, include_top=False, pooling=None)
+    tokens = keras_vit.ViT(**TINY, include_top=False, pooling=None)
     assert tokens.output_shape == (None, 1 + 16, 32)
-    pre_logits = keras_vit.VisionTransformer(**TINY, include_top=False, representation_size=24)
+    pre_logits = keras_vit.ViT(**TINY, include_top=False, representation_size=24)
     out = ops.convert_to_numpy(pre_logits(images))
     assert out.shape == (4, 24)
     assert np.all(np.abs(out) <= 1.0)  # tanh
@@ -85,33 +85,31 @@ def test_feature_outputs_without_top(images):
 
 
 def test_gap_pooling_without_class_token(images):
-    model = keras_vit.VisionTransformer(
-        **TINY, pooling="gap", class_token=False, classifier_activation=None
-    )
+    model = keras_vit.ViT(**TINY, pooling="gap", class_token=False, classifier_activation=None)
     assert model.get_layer("position_embedding").num_tokens == 16
     assert "class_token" not in [layer.name for layer in model.layers]
     assert model(images).shape[-1] == 5
 
 
 def test_sincos_position_embeddings_are_not_trained():
-    model = keras_vit.VisionTransformer(**TINY, position_embedding="sincos2d")
+    model = keras_vit.ViT(**TINY, position_embedding="sincos2d")
     embedding = model.get_layer("position_embedding").embeddings
     assert not embedding.trainable
     assert embedding.path not in [w.path for w in model.trainable_weights]
 
 
 def test_non_square_images_and_input_tensor(images):
-    model = keras_vit.VisionTransformer(**{**TINY, "input_shape": (8, 24, 3)})
+    model = keras_vit.ViT(**{**TINY, "input_shape": (8, 24, 3)})
     assert model.get_layer("position_embedding").grid_size == (2, 6)
     inputs = keras.Input((16, 16, 3))
-    model = keras_vit.VisionTransformer(**{**TINY, "input_shape": None}, input_tensor=inputs)
+    model = keras_vit.ViT(**{**TINY, "input_shape": None}, input_tensor=inputs)
     assert model.inputs[0] is inputs
     assert tuple(model(images).shape) == (4, 5)
 
 
 def test_rescaling_maps_pixels_to_minus_one_one(images):
-    with_rescaling = randomize_weights(keras_vit.VisionTransformer(**TINY))
-    without = keras_vit.VisionTransformer(**TINY, include_rescaling=False)
+    with_rescaling = randomize_weights(keras_vit.ViT(**TINY))
+    without = keras_vit.ViT(**TINY, include_rescaling=False)
     without.set_weights(with_rescaling.get_weights())
     np.testing.assert_allclose(
         ops.convert_to_numpy(with_rescaling(images)),
@@ -128,8 +126,8 @@ def test_rescaling_maps_pixels_to_minus_one_one(images):
     ],
 )
 def test_normalization_maps_pixels_to_the_checkpoints_statistics(images, normalization, mean, std):
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY, normalization=normalization))
-    without = keras_vit.VisionTransformer(**TINY, include_rescaling=False)
+    model = randomize_weights(keras_vit.ViT(**TINY, normalization=normalization))
+    without = keras_vit.ViT(**TINY, include_rescaling=False)
     without.set_weights(model.get_weights())
     expected = (images / 255.0 - np.array(mean)) / np.array(std)
     np.testing.assert_allclose(
@@ -146,21 +144,19 @@ def test_normalization_maps_pixels_to_the_checkpoints_statistics(images, normali
 
 def test_bad_normalization_names_the_value():
     with pytest.raises(ValueError, match="normalization='clip'"):
-        keras_vit.VisionTransformer(**TINY, normalization="clip")
+        keras_vit.ViT(**TINY, normalization="clip")
     with pytest.raises(ValueError, match="needs 1 means and 1 positive stds"):
-        keras_vit.VisionTransformer(
-            **{**TINY, "input_shape": (16, 16, 1)}, normalization="imagenet"
-        )
+        keras_vit.ViT(**{**TINY, "input_shape": (16, 16, 1)}, normalization="imagenet")
 
 
 def test_drop_path_rises_linearly_with_depth():
-    model = keras_vit.VisionTransformer(**{**TINY, "num_layers": 5}, drop_path_rate=0.2)
+    model = keras_vit.ViT(**{**TINY, "num_layers": 5}, drop_path_rate=0.2)
     rates = [model.get_layer(f"encoderblock_{i}").drop_path_rate for i in range(5)]
     np.testing.assert_allclose(rates, [0.0, 0.05, 0.1, 0.15, 0.2])
 
 
 def test_feature_extractor_returns_every_block(images):
-    model = randomize_weights(keras_vit.VisionTransformer(**{**TINY, "num_layers": 3}))
+    model = randomize_weights(keras_vit.ViT(**{**TINY, "num_layers": 3}))
     features = keras_vit.feature_extractor(model)
     outputs = {k: ops.convert_to_numpy(v) for k, v in features(images).items()}
     assert sorted(outputs) == ["encoder_norm", "encoderblock_0", "encoderblock_1", "encoderblock_2"]
@@ -173,10 +169,10 @@ def test_feature_extractor_returns_every_block(images):
 
 
 def test_weights_argument_loads_a_weights_file(tmp_path, images):
-    source = randomize_weights(keras_vit.VisionTransformer(**TINY))
+    source = randomize_weights(keras_vit.ViT(**TINY))
     path = os.path.join(tmp_path, "tiny.weights.h5")
     source.save_weights(path)
-    loaded = keras_vit.VisionTransformer(**TINY, weights=path)
+    loaded = keras_vit.ViT(**TINY, weights=path)
     np.testing.assert_allclose(
         ops.convert_to_numpy(loaded(images)),
         ops.convert_to_numpy(source(images)),
@@ -224,13 +220,13 @@ def test_unknown_variant_and_wrong_patch_size():
     with pytest.raises(ValueError, match="Unknown ViT variant 'B/15'"):
         decode_variant("B/15")
     with pytest.raises(ValueError, match="patch_size=-4"):
-        keras_vit.VisionTransformer(**{**TINY, "patch_size": -4})
+        keras_vit.ViT(**{**TINY, "patch_size": -4})
     with pytest.raises(ValueError, match="16 is not divisible by patch size 5"):
-        keras_vit.VisionTransformer(**{**TINY, "patch_size": 5})
+        keras_vit.ViT(**{**TINY, "patch_size": 5})
 
 
 def test_wrong_channels_at_call_time_name_the_values():
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY)
     with pytest.raises(
         ValueError,
         match=r"expected axis -1 of input shape to have value 3, "
@@ -240,7 +236,7 @@ def test_wrong_channels_at_call_time_name_the_values():
 
 
 def test_model_config_round_trips(images):
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY, drop_path_rate=0.1))
+    model = randomize_weights(keras_vit.ViT(**TINY, drop_path_rate=0.1))
     clone = keras_vit.VisionTransformer.from_config(model.get_config())
     assert clone.get_config() == model.get_config()
     # Keras' own cloning copies its graph (as a plain functional model).
@@ -262,9 +258,7 @@ def test_a_remat_model_trains_to_the_plain_models_weights_and_keeps_the_setting(
     trained = []
     for remat in (False, True):
         keras.utils.set_random_seed(0)
-        model = keras_vit.VisionTransformer(
-            **TINY, dropout_rate=0.1, drop_path_rate=0.2, seed=3, remat=remat
-        )
+        model = keras_vit.ViT(**TINY, dropout_rate=0.1, drop_path_rate=0.2, seed=3, remat=remat)
         model.compile(keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy")
         model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
         trained.append(model)
@@ -281,7 +275,7 @@ def test_a_remat_model_trains_to_the_plain_models_weights_and_keeps_the_setting(
 
 def test_distillation_token_model_averages_its_two_heads(images):
     model = randomize_weights(
-        keras_vit.VisionTransformer(**TINY, distillation_token=True, classifier_activation=None)
+        keras_vit.ViT(**TINY, distillation_token=True, classifier_activation=None)
     )
     tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
     tokens = ops.convert_to_numpy(tokens)
@@ -293,14 +287,12 @@ def test_distillation_token_model_averages_its_two_heads(images):
 
     expected = (head("head", tokens[:, 0]) + head("head_dist", tokens[:, 1])) / 2
     np.testing.assert_allclose(ops.convert_to_numpy(model(images)), expected, atol=1e-5)
-    probabilities = keras_vit.VisionTransformer(**TINY, distillation_token=True)
+    probabilities = keras_vit.ViT(**TINY, distillation_token=True)
     assert probabilities.get_layer("predictions").activation.__name__ == "softmax"
 
 
 def test_register_tokens_sit_between_the_class_token_and_the_patches(images):
-    model = randomize_weights(
-        keras_vit.VisionTransformer(**TINY, num_register_tokens=3, pooling="gap")
-    )
+    model = randomize_weights(keras_vit.ViT(**TINY, num_register_tokens=3, pooling="gap"))
     registers = ops.convert_to_numpy(model.get_layer("register_tokens").tokens)
     embedded = keras.Model(model.input, model.get_layer("register_tokens").output)(images)
     embedded = ops.convert_to_numpy(embedded)
@@ -313,7 +305,7 @@ def test_register_tokens_sit_between_the_class_token_and_the_patches(images):
 
 
 def test_token_gap_pooling_concatenates_class_token_and_mean(images):
-    model = keras_vit.VisionTransformer(**TINY, pooling="token_gap", include_top=False)
+    model = keras_vit.ViT(**TINY, pooling="token_gap", include_top=False)
     assert model.output_shape == (None, 64)
     tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
     tokens = ops.convert_to_numpy(tokens)
@@ -325,12 +317,12 @@ def test_keras_applications_poolings_avg_and_max_pool_the_patch_tokens(images):
     # keras.applications' `pooling="avg"` / `"max"` with `include_top=False`:
     # one vector of the model's width per image, over the patch tokens only
     # (a ViT's prefix tokens are not positions of the image).
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY, pooling="max", include_top=False))
+    model = randomize_weights(keras_vit.ViT(**TINY, pooling="max", include_top=False))
     assert model.output_shape == (None, 32)
     tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)(images)
     patches = ops.convert_to_numpy(tokens)[:, 1:]
     np.testing.assert_allclose(ops.convert_to_numpy(model(images)), patches.max(1), atol=1e-6)
-    average = keras_vit.VisionTransformer(**TINY, pooling="avg", include_top=False)
+    average = keras_vit.ViT(**TINY, pooling="avg", include_top=False)
     average.set_weights(model.get_weights())
     np.testing.assert_allclose(ops.convert_to_numpy(average(images)), patches.mean(1), atol=1e-5)
     # With a head, too; and the configuration keeps the name it was given.
@@ -338,13 +330,11 @@ def test_keras_applications_poolings_avg_and_max_pool_the_patch_tokens(images):
     assert classifier.output_shape == (None, 7)
     assert classifier.get_config()["pooling"] == "avg"
     with pytest.raises(ValueError, match="pooling='min'"):
-        keras_vit.VisionTransformer(**TINY, pooling="min")
+        keras_vit.ViT(**TINY, pooling="min")
 
 
 def test_token_options_round_trip_through_config(images):
-    model = randomize_weights(
-        keras_vit.VisionTransformer(**TINY, distillation_token=True, num_register_tokens=2)
-    )
+    model = randomize_weights(keras_vit.ViT(**TINY, distillation_token=True, num_register_tokens=2))
     clone = keras_vit.VisionTransformer.from_config(model.get_config())
     clone.set_weights(model.get_weights())
     np.testing.assert_allclose(
@@ -353,7 +343,7 @@ def test_token_options_round_trip_through_config(images):
 
 
 def test_conv_stem_feeds_the_patch_embedding(images):
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **{**TINY, "patch_size": 1}, stem_filters=(8, 16), include_top=False, pooling=None
     )
     # 16 px -> 4x4 feature map -> 16 one-pixel patches, plus the class token.
@@ -361,18 +351,16 @@ def test_conv_stem_feeds_the_patch_embedding(images):
     assert model.get_layer("position_embedding").grid_size == (4, 4)
     assert model.get_layer("patch_embedding").kernel.shape == (1, 1, 16, 32)
     # Each halving rounds up ("same" padding): 20 px -> 10 -> 5 -> 3.
-    odd = keras_vit.VisionTransformer(
+    odd = keras_vit.ViT(
         **{**TINY, "patch_size": 1, "input_shape": (20, 20, 3)}, stem_filters=(8, 8, 8)
     )
     assert odd.get_layer("position_embedding").grid_size == (3, 3)
     with pytest.raises(ValueError, match="height 5 is not divisible by patch size 2"):
-        keras_vit.VisionTransformer(
-            **{**TINY, "patch_size": 2, "input_shape": (20, 20, 3)}, stem_filters=(8, 8)
-        )
+        keras_vit.ViT(**{**TINY, "patch_size": 2, "input_shape": (20, 20, 3)}, stem_filters=(8, 8))
 
 
 def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)},
         stem_filters=(4, 8, 16),
         stem_downsampling="max_pool",
@@ -394,12 +382,12 @@ def test_max_pool_stem_is_a_cnn_stage_per_halving(images):
     clone = keras_vit.VisionTransformer.from_config(model.get_config())
     assert clone.get_layer("stem").downsampling == "max_pool"
     with pytest.raises(ValueError, match="downsampling.*Received: downsampling='avg'"):
-        keras_vit.VisionTransformer(**TINY, stem_filters=(8,), stem_downsampling="avg")
+        keras_vit.ViT(**TINY, stem_filters=(8,), stem_downsampling="avg")
 
 
 def test_stem_downsampling_per_stage_mixes_strided_and_pooled_stages():
     stages = ("convolution", "max_pool", "max_pool")
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **{**TINY, "patch_size": 1, "input_shape": (28, 28, 3)},
         stem_filters=(4, 8, 16),
         stem_downsampling=stages,
@@ -428,9 +416,7 @@ def test_stem_downsampling_per_stage_mixes_strided_and_pooled_stages():
         match="one of them for each of the 3 convolutions.*"
         r"Received: downsampling=\('max_pool', 'max_pool'\)",
     ):
-        keras_vit.VisionTransformer(
-            **TINY, stem_filters=(8, 8, 8), stem_downsampling=("max_pool", "max_pool")
-        )
+        keras_vit.ViT(**TINY, stem_filters=(8, 8, 8), stem_downsampling=("max_pool", "max_pool"))
 
 
 DYNAMIC = {**TINY, "input_shape": (None, None, 3), "base_image_size": 16}
@@ -440,7 +426,7 @@ def _fixed_copy(model, size, **kwargs):
     """The model rebuilt at `size` with its table resampled once, at load time."""
     from keras_vit.layers import resample_position_embeddings
 
-    fixed = keras_vit.VisionTransformer(**{**TINY, "input_shape": (*size, 3), **kwargs})
+    fixed = keras_vit.ViT(**{**TINY, "input_shape": (*size, 3), **kwargs})
     values = {w.path: ops.convert_to_numpy(w) for w in model.weights}
     grid = (size[0] // 4, size[1] // 4)
     for weight in fixed.weights:
@@ -452,7 +438,7 @@ def _fixed_copy(model, size, **kwargs):
 
 
 def test_one_model_takes_every_size_as_a_fixed_model_at_that_size(tmp_path):
-    model = randomize_weights(keras_vit.VisionTransformer(**DYNAMIC))
+    model = randomize_weights(keras_vit.ViT(**DYNAMIC))
     assert model.input_shape == (None, None, None, 3)
     assert keras_vit.models.default_image_size(model) == (16, 16)
     rng = np.random.default_rng(0)
@@ -473,7 +459,7 @@ def test_one_model_takes_every_size_as_a_fixed_model_at_that_size(tmp_path):
 
 
 def test_run_time_resolution_trains_saves_and_loads(tmp_path):
-    model = keras_vit.VisionTransformer(**DYNAMIC, classifier_activation=None)
+    model = keras_vit.ViT(**DYNAMIC, classifier_activation=None)
     model.compile(
         optimizer=keras.optimizers.SGD(0.05),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -504,9 +490,7 @@ def test_run_time_resolution_features_attention_and_checkpoint_loading(tmp_path)
     from keras_vit import inspect as vit_inspect
 
     model = randomize_weights(
-        keras_vit.VisionTransformer(
-            **DYNAMIC, num_register_tokens=2, resample_method="bicubic_antialias"
-        )
+        keras_vit.ViT(**DYNAMIC, num_register_tokens=2, resample_method="bicubic_antialias")
     )
     images = np.random.default_rng(0).uniform(0, 255, (2, 24, 20, 3)).astype("float32")
     features = keras_vit.models.feature_extractor(model, blocks=[-1])(images)
@@ -521,7 +505,7 @@ def test_run_time_resolution_features_attention_and_checkpoint_loading(tmp_path)
     model.save(path)
     # Left unset, the file's table size.
     unset = {k: v for k, v in DYNAMIC.items() if k != "base_image_size"}
-    again = keras_vit.VisionTransformer(**unset, num_register_tokens=2, weights=path)
+    again = keras_vit.ViT(**unset, num_register_tokens=2, weights=path)
     positions = again.get_layer("position_embedding")
     assert positions.grid_size == (4, 4) and positions.resample_method == "bicubic_antialias"
     np.testing.assert_allclose(

@@ -36,7 +36,7 @@ def loss_and_gradients(model, images, upstream):
 
 
 def test_values_and_gradients_are_the_same_with_the_fast_kernels_off():
-    model = randomize_weights(keras_vit.VisionTransformer(**TINY, classifier_activation=None))
+    model = randomize_weights(keras_vit.ViT(**TINY, classifier_activation=None))
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 1, (2, 16, 16, 3)).astype("float32")
     upstream = rng.normal(size=(2, TINY["classes"])).astype("float32")

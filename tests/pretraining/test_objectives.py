@@ -23,7 +23,7 @@ OBJECTIVES = {
 
 
 def encoder(**overrides):
-    return keras_vit.VisionTransformer(**{**ENCODER, **overrides}, include_top=False, pooling=None)
+    return keras_vit.ViT(**{**ENCODER, **overrides}, include_top=False, pooling=None)
 
 
 def image_batches(count=32, batch_size=16):
@@ -115,9 +115,9 @@ def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, t
     path = str(tmp_path / "pretrained.keras")
     model.save(path)
     classifiers = {
-        "transfer_encoder(model)": keras_vit.VisionTransformer(**TINY),
-        "transfer_encoder(path)": keras_vit.VisionTransformer(**TINY),
-        "VisionTransformer(weights=path)": keras_vit.VisionTransformer(**TINY, weights=path),
+        "transfer_encoder(model)": keras_vit.ViT(**TINY),
+        "transfer_encoder(path)": keras_vit.ViT(**TINY),
+        "ViT(weights=path)": keras_vit.ViT(**TINY, weights=path),
         "from_checkpoint(path)": keras_vit.from_checkpoint(
             path, include_top=True, pooling="token", classes=5
         ),
@@ -166,7 +166,7 @@ def test_the_pretraining_model_round_trips_through_a_keras_file(name, tmp_path):
 def test_refuses_encoders_it_cannot_pre_train():
     with pytest.raises(ValueError, match="convolutional stem"):
         MaskedPatchPrediction().build(encoder(stem_filters=(8,), patch_size=2))
-    pooled = keras_vit.VisionTransformer(**ENCODER, include_top=False)
+    pooled = keras_vit.ViT(**ENCODER, include_top=False)
     with pytest.raises(ValueError, match="pooling=None"):
         MaskedAutoencoder().build(pooled)
     with pytest.raises(ValueError, match="divisible by 3"):

@@ -24,7 +24,7 @@ class _Killed(BaseException):
 
 
 def tiny_model(learning_rate=1e-3):
-    model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate), loss="mse")
     return model
 
@@ -118,7 +118,7 @@ class ExplodingRate(keras.optimizers.schedules.LearningRateSchedule):
 def test_a_diverged_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
     backup_dir = str(tmp_path / "backup")
     x, y = tiny_data()
-    model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
     model.compile(optimizer=keras.optimizers.SGD(ExplodingRate()), loss="mse")
     guard, backup = StopOnNonFiniteLoss(), CrashSafeBackup(backup_dir)
     model.fit(x, y, batch_size=8, epochs=4, callbacks=[guard, backup], verbose=0)

@@ -201,7 +201,7 @@ def test_an_image_folder_skips_a_bomb_with_one_warning(tmp_path, caplog):
 )
 @pytest.mark.slow
 def test_a_served_bomb_fails_its_request_and_the_next_one_is_answered(tmp_path):
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY)
     path = keras_vit.export.saved_model(model, str(tmp_path / "serving"), warmup=False)
     serve = tf.saved_model.load(path).signatures["serving_bytes"]
     good = small_images()["png"]
@@ -217,7 +217,7 @@ def test_a_served_bomb_fails_its_request_and_the_next_one_is_answered(tmp_path):
 
 @pytest.mark.slow
 def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
-    model = keras_vit.VisionTransformer(**TINY, name="tiny")
+    model = keras_vit.ViT(**TINY, name="tiny")
     model.save(tmp_path / "model.keras")
     files = {
         "good.png": tf.io.encode_png(np.zeros((20, 30, 3), "uint8")).numpy(),

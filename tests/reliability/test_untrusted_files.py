@@ -111,7 +111,7 @@ def real_checkpoints(tmp_path_factory):
     from safetensors.numpy import save_file
 
     folder = tmp_path_factory.mktemp("real")
-    model = keras_vit.VisionTransformer(**TINY)
+    model = keras_vit.ViT(**TINY)
     arrays = {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
     files = {}
     np.savez(folder / "a.npz", **arrays)
@@ -233,7 +233,7 @@ _MODELS = {}
 
 def _fuzz_model():
     if "tiny" not in _MODELS:
-        _MODELS["tiny"] = keras_vit.VisionTransformer(**TINY)
+        _MODELS["tiny"] = keras_vit.ViT(**TINY)
     return _MODELS["tiny"]
 
 
@@ -247,7 +247,7 @@ def test_fuzzed_bytes_to_the_serving_signature_fail_the_request_clearly():
 
     from keras_vit.export.saved_model import serving_module
 
-    module = serving_module(keras_vit.VisionTransformer(**TINY))
+    module = serving_module(keras_vit.ViT(**TINY))
     rng = np.random.default_rng(0)
     good = tf.io.encode_png(rng.integers(0, 256, (20, 20, 3)).astype("uint8")).numpy()
 
@@ -277,7 +277,7 @@ def test_a_truncated_keras_file_gets_one_message_wherever_it_is_read(tmp_path):
     from keras_vit.training import train
 
     whole = tmp_path / "whole.keras"
-    keras_vit.VisionTransformer(
+    keras_vit.ViT(
         patch_size=4, hidden_dim=8, num_layers=1, num_heads=2, mlp_dim=16, input_shape=(8, 8, 3)
     ).save(whole)
     path = str(tmp_path / "trunc.keras")

@@ -13,7 +13,7 @@ from keras_vit.training.batch_norm_statistics import (
 
 def stem_model():
     """A tiny hybrid ViT: three BatchNorms nested in its `ConvStem`, Transformer blocks after."""
-    return keras_vit.VisionTransformer(
+    return keras_vit.ViT(
         input_shape=(16, 16, 3),
         patch_size=1,
         hidden_dim=16,
@@ -82,7 +82,7 @@ def test_each_layer_gets_the_mean_and_variance_of_its_inputs_at_inference():
 
 
 def test_a_model_without_batch_norm_is_left_alone():
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         input_shape=(8, 8, 3), patch_size=4, hidden_dim=8, num_layers=1, num_heads=2, mlp_dim=8
     )
     weights = model.get_weights()

@@ -34,7 +34,7 @@ def brightness_teacher(flipped=False, probabilities=False):
 
 
 def tiny_student(distillation_token=True, classes=2):
-    return keras_vit.VisionTransformer(
+    return keras_vit.ViT(
         input_shape=(SIDE, SIDE, 3),
         patch_size=8,
         hidden_dim=16,

@@ -41,7 +41,7 @@ def test_a_new_head_is_fitted_on_the_frozen_features_and_nothing_else_moves():
 
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (64, 16, 16, 3)).astype("float32")
-    model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    model = keras_vit.ViT(**TINY, classifier_activation=None)
     for layer_weights in model.weights:  # a "pretrained" model: every weight but the head
         if not layer_weights.path.startswith("head/"):
             layer_weights.assign(rng.normal(0, 0.3, layer_weights.shape).astype("float32"))
@@ -64,7 +64,7 @@ def test_a_new_head_is_fitted_on_the_frozen_features_and_nothing_else_moves():
     # A trained head is not new: left as it is.
     assert new_heads(model) == [] and fit_new_heads(model, data.batch(16)) is None
     # At most `max_images` images are read (whole batches).
-    fresh = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    fresh = keras_vit.ViT(**TINY, classifier_activation=None)
     assert fit_new_heads(fresh, data.batch(16), max_images=20, log=lines.append)["images"] == 32
 
 

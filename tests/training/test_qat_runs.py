@@ -22,7 +22,7 @@ SHADES = (("a", 40), ("b", 120), ("c", 200))
 @pytest.fixture(scope="module")
 def float_checkpoint(tmp_path_factory):
     """A float ViT of the plain layout with a 3-class head, as a fine-tune's `.keras` file."""
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         patch_size=4,
         hidden_dim=16,
         num_layers=1,

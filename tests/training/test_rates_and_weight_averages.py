@@ -12,11 +12,11 @@ from tests.conftest import TINY
 
 def tiny_classifier():
     """The suite's tiny ViT, with logits out."""
-    return keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+    return keras_vit.ViT(**TINY, classifier_activation=None)
 
 
 def test_each_block_gets_its_power_of_the_decay_and_the_embedding_the_lowest():
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         input_shape=(16, 16, 3),
         patch_size=2,
         hidden_dim=8,

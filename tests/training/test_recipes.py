@@ -46,7 +46,7 @@ def test_bad_schedule_arguments_name_the_value():
 
 
 def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token():
-    model = keras_vit.VisionTransformer(
+    model = keras_vit.ViT(
         **{**TINY, "patch_size": 1},
         stem_filters=(4,),
         distillation_token=True,
@@ -76,7 +76,7 @@ def test_weight_decay_skips_biases_layernorm_position_embeddings_and_class_token
 def test_recipes_compile_and_train(images):
     labels = np.eye(5, dtype="float32")[np.arange(4) % 5]
     for name in ("pretrain", "paper_finetune", "small"):
-        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        model = keras_vit.ViT(**TINY, classifier_activation=None)
         # One of them trains through XLA on TensorFlow, as long runs do.
         tensorflow = keras.backend.backend() == "tensorflow"
         xla = {"jit_compile": True} if tensorflow and name == "pretrain" else {}
@@ -103,7 +103,7 @@ def test_recipes_compile_and_train(images):
     # XLA on TensorFlow too (Keras leaves it off without an accelerator),
     # from the run length where it pays for its compile time; always on JAX.
     for steps in (TENSORFLOW_XLA_MIN_STEPS - 1, TENSORFLOW_XLA_MIN_STEPS):
-        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        model = keras_vit.ViT(**TINY, classifier_activation=None)
         RECIPES["small"].compile(model, total_steps=steps)
         expected = {"jax": True, "tensorflow": steps >= TENSORFLOW_XLA_MIN_STEPS, "torch": False}
         assert bool(model.jit_compile) is expected[keras.backend.backend()], steps
@@ -116,7 +116,7 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
     y = np.eye(5, dtype="float32")[rng.integers(0, 5, 8)]
     results, start = [], None
     for batch_size, accumulate in ((4, 2), (8, None)):
-        model = keras_vit.VisionTransformer(**TINY, classifier_activation=None)
+        model = keras_vit.ViT(**TINY, classifier_activation=None)
         if start is None:
             start = model.get_weights()
         model.set_weights(start)

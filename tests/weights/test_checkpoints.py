@@ -159,7 +159,7 @@ def dinov2_registers_reference(tmp_path_factory):
 
 
 def hf_model(eps, size=16, **kwargs):
-    return keras_vit.VisionTransformer(
+    return keras_vit.ViT(
         **ARCH,
         input_shape=(size, size, 3),
         include_rescaling=False,
@@ -540,9 +540,7 @@ def test_bad_checkpoints_fail_clearly_and_leave_the_model_unchanged(tmp_path, vi
     ):
         assign_canonical(model, missing)
 
-    wider = keras_vit.VisionTransformer(
-        **{**ARCH, "hidden_dim": 48}, input_shape=(16, 16, 3), include_top=False
-    )
+    wider = keras_vit.ViT(**{**ARCH, "hidden_dim": 48}, input_shape=(16, 16, 3), include_top=False)
     with pytest.raises(
         ValueError,
         match=r"'patch_embedding/kernel': .* shape \(4, 4, 3, 32\) "
@@ -550,7 +548,7 @@ def test_bad_checkpoints_fail_clearly_and_leave_the_model_unchanged(tmp_path, vi
     ):
         load(wider, path)
 
-    shallower = keras_vit.VisionTransformer(
+    shallower = keras_vit.ViT(
         **{**ARCH, "num_layers": 1}, input_shape=(16, 16, 3), include_top=False
     )
     with pytest.raises(ValueError, match="has 2 encoder blocks but the model has 1"):
@@ -569,7 +567,7 @@ def test_bad_checkpoints_fail_clearly_and_leave_the_model_unchanged(tmp_path, vi
 def test_npz_with_pickled_objects_is_refused(tmp_path):
     path = os.path.join(tmp_path, "evil.npz")
     np.savez(path, **{"embedding/kernel": np.array([{"x": 1}], dtype=object)})
-    model = keras_vit.VisionTransformer(**ARCH, input_shape=(16, 16, 3))
+    model = keras_vit.ViT(**ARCH, input_shape=(16, 16, 3))
     with pytest.raises(
         ValueError, match="evil.npz.*not a readable NumPy .npz checkpoint.*allow_pickle"
     ):
@@ -624,8 +622,8 @@ def timm_like_reference(tmp_path_factory):
 
 
 def builder(path, **kwargs):
-    """`VisionTransformer(weights=path)` told only the size: the rest is the checkpoint's."""
-    return keras_vit.VisionTransformer(
+    """`ViT(weights=path)` told only the size: the rest is the checkpoint's."""
+    return keras_vit.ViT(
         **ARCH,
         input_shape=(16, 16, 3),
         include_rescaling=False,
@@ -700,7 +698,7 @@ def test_a_choice_that_contradicts_the_checkpoint_is_refused_naming_both(
             distillation_token=False,
         )
     with pytest.raises(ValueError, match="normalization='inception' contradicts"):
-        keras_vit.VisionTransformer(
+        keras_vit.ViT(
             **ARCH,
             input_shape=(16, 16, 3),
             include_top=False,
@@ -716,13 +714,11 @@ def test_a_builder_given_a_file_builds_its_size_and_head(classifier_reference):
     out, _ = classifier_reference
     path = os.path.join(out, "model.safetensors")
     # Told only the variant: the file's input size and its trained head.
-    model = keras_vit.VisionTransformer(
-        **ARCH, include_rescaling=False, classifier_activation=None, weights=path
-    )
+    model = keras_vit.ViT(**ARCH, include_rescaling=False, classifier_activation=None, weights=path)
     assert model.input_shape == (None, 16, 16, 3)
     assert max_error(model, out, 16, "logits") <= 1e-5
     # Chosen: another size resamples the table, another class count is a new head.
-    other = keras_vit.VisionTransformer(**ARCH, input_shape=(24, 24, 3), classes=3, weights=path)
+    other = keras_vit.ViT(**ARCH, input_shape=(24, 24, 3), classes=3, weights=path)
     assert other.output_shape == (None, 3)
     assert not np.any(other.get_layer("head").get_weights()[0])
     # Shapes that are not the model's: the weight and both shapes named, before any work.
@@ -751,7 +747,7 @@ def test_a_builder_given_a_file_builds_its_size_and_head(classifier_reference):
         ({"patch_size": 8}, r"patch_size=\(4, 4\), not the patch_size=\(8, 8\)"),
     ):
         with pytest.raises(ValueError, match=message):
-            keras_vit.VisionTransformer(**{**ARCH, **change}, weights=path)
+            keras_vit.ViT(**{**ARCH, **change}, weights=path)
     # Every difference at once, each weight named once.
     with pytest.raises(
         ValueError,
@@ -786,7 +782,7 @@ def test_one_model_at_run_time_resolution_matches_the_reference_at_every_size(
     }
     for case, ((out, _), sizes) in cases.items():
         path = os.path.join(out, "model.safetensors")
-        model = keras_vit.VisionTransformer(
+        model = keras_vit.ViT(
             **ARCH,
             input_shape=(None, None, 3),
             include_rescaling=False,
@@ -818,7 +814,7 @@ def test_building_from_a_checkpoint_file_reads_it_once(tmp_path, monkeypatch):
     # ViT-B/16 checkpoint is 330 MB.
     from keras_vit.weights import readers
 
-    source = keras_vit.VisionTransformer(**ARCH, input_shape=(16, 16, 3), classes=3)
+    source = keras_vit.ViT(**ARCH, input_shape=(16, 16, 3), classes=3)
     path = str(tmp_path / "vit.npz")
     np.savez(path, **to_official(source))
     kind, read = readers._READERS[".npz"]
@@ -826,7 +822,7 @@ def test_building_from_a_checkpoint_file_reads_it_once(tmp_path, monkeypatch):
     monkeypatch.setitem(readers._READERS, ".npz", (kind, lambda p: reads.append(p) or read(p)))
     from_checkpoint(path)
     assert reads == [path]
-    keras_vit.VisionTransformer(**ARCH, weights=path)
+    keras_vit.ViT(**ARCH, weights=path)
     assert reads == [path, path]  # once per build: nothing is kept between them
     # A file changed inside the block is read again.
     with readers.reading_once():

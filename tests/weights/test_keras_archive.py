@@ -13,10 +13,10 @@ TINY = dict(patch_size=4, hidden_dim=16, num_layers=2, num_heads=2, mlp_dim=32)
 # Every layer kind a keras_vit model has: stem, registers, LayerScale, MAP head,
 # distillation token and its head, pre_logits.
 MODELS = {
-    "pre_logits": lambda: keras_vit.VisionTransformer(
+    "pre_logits": lambda: keras_vit.ViT(
         **TINY, input_shape=(16, 16, 3), classes=5, representation_size=8
     ),
-    "stem_registers_layer_scale_map": lambda: keras_vit.VisionTransformer(
+    "stem_registers_layer_scale_map": lambda: keras_vit.ViT(
         **{**TINY, "patch_size": 2},
         input_shape=(16, 16, 3),
         classes=5,
@@ -25,12 +25,10 @@ MODELS = {
         num_register_tokens=2,
         layer_scale_init=0.1,
     ),
-    "distillation_token": lambda: keras_vit.VisionTransformer(
+    "distillation_token": lambda: keras_vit.ViT(
         **TINY, input_shape=(16, 16, 3), classes=5, distillation_token=True
     ),
-    "bfloat16": lambda: keras_vit.VisionTransformer(
-        **TINY, input_shape=(16, 16, 3), classes=5, dtype="bfloat16"
-    ),
+    "bfloat16": lambda: keras_vit.ViT(**TINY, input_shape=(16, 16, 3), classes=5, dtype="bfloat16"),
     "mpp": lambda: objectives.get_objective("mpp").build(_encoder()),
     "mae": lambda: objectives.get_objective(
         "mae", decoder_dim=8, decoder_depth=1, decoder_heads=2
@@ -39,9 +37,7 @@ MODELS = {
 
 
 def _encoder():
-    return keras_vit.VisionTransformer(
-        **TINY, input_shape=(16, 16, 3), include_top=False, pooling=None
-    )
+    return keras_vit.ViT(**TINY, input_shape=(16, 16, 3), include_top=False, pooling=None)
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))
@@ -66,7 +62,7 @@ def test_the_archive_gives_every_weight_by_its_path_without_building_a_model(
 
 
 def test_a_layer_changed_after_it_was_built_is_refused_by_name(tmp_path):
-    model = keras_vit.VisionTransformer(**TINY, input_shape=(16, 16, 3), classes=5)
+    model = keras_vit.ViT(**TINY, input_shape=(16, 16, 3), classes=5)
     model.get_layer("head").quantize("int8")  # an int8 kernel and its scales
     path = str(tmp_path / "quantized.keras")
     model.save(path)

@@ -77,7 +77,7 @@ def test_timm_map_checkpoint_parity_through_from_checkpoint_and_the_builder(map_
     error = float(np.abs(model.predict(images, verbose=0) - expected).max())
     print(f"max abs error vs timm's MAP ViT: {error:.2e}")
     assert error <= 1e-5
-    built = keras_vit.VisionTransformer(
+    built = keras_vit.ViT(
         patch_size=PATCH,
         hidden_dim=DIM,
         num_layers=DEPTH,
@@ -104,7 +104,7 @@ def test_map_model_trains_saves_and_loads(map_checkpoint, tmp_path):
     np.testing.assert_allclose(loaded.predict(images, verbose=0), expected, atol=1e-5)
     again = from_checkpoint(saved)  # a keras_vit file says its pooling in its config
     assert again.get_layer("map_head").mlp_dim == MLP
-    fresh = keras_vit.VisionTransformer(
+    fresh = keras_vit.ViT(
         patch_size=PATCH,
         hidden_dim=DIM,
         num_layers=DEPTH,

@@ -39,9 +39,7 @@ def test_real_dinov2_weights_give_the_reference_tokens(dinov2_small):
 
 def test_a_builder_given_the_real_checkpoint_builds_it(dinov2_small):
     path = os.path.join(dinov2_small, "model.safetensors")
-    model = keras_vit.VisionTransformer(
-        **DINOV2_SMALL, include_top=False, pooling=None, weights=path
-    )
+    model = keras_vit.ViT(**DINOV2_SMALL, include_top=False, pooling=None, weights=path)
     assert model.input_shape == (None, 518, 518, 3)  # its 37x37 position table
     block = model.get_layer("encoderblock_0")
     assert block.approximate_gelu is False and block.layer_scale_init is not None

@@ -77,7 +77,7 @@ def test_unknown_names_list_what_is_registered():
     with pytest.raises(ValueError, match="registered for ViT-B/16 .*imagenet21k\\+imagenet2012"):
         keras_vit.ViTB16(weights="imagenet22k")
     with pytest.raises(ValueError, match="registered for this architecture \\(registered: none\\)"):
-        keras_vit.VisionTransformer(
+        keras_vit.ViT(
             patch_size=4,
             hidden_dim=32,
             num_layers=1,
