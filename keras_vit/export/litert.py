@@ -417,10 +417,7 @@ def _write_tflite(
     """Converts (the rotated copy, for the int8 modes) and writes the file and its metadata."""
     trained_for = qat_mode(model)
     rotated = (
-        rotate
-        and trained_for is None
-        and quantization in ROTATED
-        and not rotation.unrotatable_weights(model)
+        rotate and trained_for is None and quantization in ROTATED and rotation.rotatable(model)
     )
     if rotated:
         model, rotated = _rotated_if_the_same(model, calibration[:2])

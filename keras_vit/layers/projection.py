@@ -90,7 +90,9 @@ class Projection(keras.layers.EinsumDense):
         if self.quantizers:
             inputs = fake_quantization.at_point(self.quantizers, "inputs", inputs, training)
         bias = None if self.bias is None else ops.reshape(self.bias, (-1,))
-        if self.lora_slots is None:
+        if self.lora_slots is None or self.qat is not None:
+            # (Simulating LiteRT, the adapters are merged into the kernel
+            # that is rounded, as the exported file holds them.)
             kernel = ops.reshape(self.kernel, (width, -1))
             if self.qat is not None:
                 kernel, bias = fake_quantization.scaled(self, kernel, bias)

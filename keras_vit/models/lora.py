@@ -177,7 +177,19 @@ def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
             layer = _target_layer(block, name)
             layer.trainable = True
             layer.enable_lora(rank, lora_alpha=alpha)
+    forget_traced_functions(model)
     return model
+
+
+def forget_traced_functions(model):
+    """Drops a model's traced train, test and predict functions, as Keras' `quantize` does.
+
+    A function traced before a layer changed (LoRA's new variables and
+    call) would go on computing the old graph on TensorFlow, and on JAX
+    without the new variables.
+    """
+    if isinstance(model, keras.Model):
+        model.train_function = model.test_function = model.predict_function = None
 
 
 def merged_weights(model):

@@ -28,7 +28,7 @@ import numpy as np
 
 from keras_vit import _compat, _options
 from keras_vit.layers import fake_quantization
-from keras_vit.models import lora, rotation
+from keras_vit.models import layouts, lora, rotation
 from keras_vit.models.vision_transformer import VisionTransformer
 
 # Fewer images than this set ranges that the first training batches move
@@ -38,6 +38,9 @@ MIN_CALIBRATION_IMAGES = 32
 
 def qat_mode(model):
     """The LiteRT mode that `model` simulates (`"int8"`, `"int8_full"`), or `None`."""
+    if isinstance(model, VisionTransformer):
+        return model.qat  # (its configuration's)
+    # A graph saved in place of a configuration (a frozen or grafted model): its layers'.
     for layer in _compat.all_layers(model):
         mode = getattr(layer, "qat", None)
         if mode is not None:
@@ -104,6 +107,12 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
         raise ValueError(
             f"Quantization-aware training needs a classifier with its head; model {model.name!r} "
             "was built with include_top=False. Fine-tune a head first (keras-vit finetune)."
+        )
+    unsupported = layouts.qat_unsupported(model.get_config())
+    if unsupported:
+        raise ValueError(
+            f"Quantization-aware training simulates the plain ViT layout; model {model.name!r} "
+            f"has {layouts.described(unsupported)}."
         )
     images = _checked_images(model, calibration_images)
     if lora.lora_settings(model) is not None:

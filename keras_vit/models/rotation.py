@@ -28,6 +28,8 @@ integer TFLite exports quantise.
 import keras
 import numpy as np
 
+from keras_vit.models import layouts
+
 # The weights of a layout the rewrite knows, besides the blocks'.
 _STREAM_WRITERS = (
     "patch_embedding/kernel",
@@ -82,6 +84,21 @@ def unrotatable_weights(model):
     return outside
 
 
+def rotatable(model):
+    """Whether `rotated_copy` rewrites `model`: its layout (`layouts.unrotatable`) and its weights."""
+    return not layouts.unrotatable(_arguments(model)) and not unrotatable_weights(model)
+
+
+def _arguments(model):
+    """A model's layout as flat arguments: its configuration, or what a saved graph shows."""
+    config = model.get_config()
+    if "layers" not in config:
+        return config
+    # (A graph: the weights tell the rest, `unrotatable_weights`.)
+    pooling = next((layer for layer in model.layers if layer.name == "pooling"), None)
+    return {} if pooling is None else {"pooling": pooling.get_config()["mode"]}
+
+
 def _rotation(width, seed):
     """A random orthogonal `(width, width)` matrix that maps the all-ones vector to itself."""
     rng = np.random.default_rng(seed)
@@ -132,6 +149,12 @@ def rotated_copy(model, seed=0):
     ...                  atol=1e-4))
     True
     """
+    refused = layouts.unrotatable(_arguments(model))
+    if refused:
+        raise ValueError(
+            f"`rotated_copy` rewrites the layout it computes the same function in; "
+            f"{layouts.described(refused)} is outside it. Received: model={model.name!r}"
+        )
     outside = unrotatable_weights(model)
     if outside:
         raise ValueError(

@@ -7,7 +7,7 @@ import keras
 
 from keras_vit import _compat
 from keras_vit import layers as vit_layers
-from keras_vit.models import lora
+from keras_vit.models import layouts, lora
 from keras_vit.models import parts as model_parts
 from keras_vit.models.parts import (
     Encoder,
@@ -112,7 +112,7 @@ class VisionTransformer(keras.Model):
         patches, tokens = patches or Patches(), tokens or TokenLayout()
         positions = (positions or Positions()).for_input(image)
         encoder, head = encoder or Encoder(), head or Head()
-        _check_together(image, patches, tokens, encoder, head, qat)
+        _check_together(image, patches, tokens, positions, encoder, head, qat)
         policy = None if dtype is None else keras.dtype_policies.get(dtype)
         remat_scope = _compat.remat_scope()
 
@@ -291,7 +291,7 @@ class VisionTransformer(keras.Model):
         return cls.from_arguments(**{"data_format": "channels_last", **config})
 
 
-def _check_together(image, patches, tokens, encoder, head, qat):
+def _check_together(image, patches, tokens, positions, encoder, head, qat):
     """The rules between parts (each part checked its own fields when it was made)."""
     head.check_tokens(tokens)
     if encoder.patch_dropout_rate and image.dynamic:
@@ -301,23 +301,23 @@ def _check_together(image, patches, tokens, encoder, head, qat):
             f"{encoder.patch_dropout_rate!r}, input_shape={image.image_size!r}"
         )
     vit_layers.fake_quantization.check_qat(qat)
-    unsimulated = {
-        name: value
-        for name, value, used in (
-            ("stem_filters", patches.stem_filters, patches.stem_filters is not None),
-            ("layer_scale_init", encoder.layer_scale_init, encoder.layer_scale_init is not None),
-            ("representation_size", head.representation_size, bool(head.representation_size)),
-            ("distillation_token", tokens.distillation_token, tokens.distillation_token),
-            ("pooling", head.pooling, head.pooling == "map"),
+    if qat is not None:
+        arguments = model_parts.arguments_of(
+            {
+                "image": image,
+                "patches": patches,
+                "tokens": tokens,
+                "positions": positions,
+                "encoder": encoder,
+                "head": head,
+            }
         )
-        if used
-    }
-    if qat is not None and unsimulated:
-        raise ValueError(
-            f"qat={qat!r} simulates the plain ViT layout; "
-            + ", ".join(f"{name}={value!r}" for name, value in unsimulated.items())
-            + " has layers it does not simulate."
-        )
+        unsupported = layouts.qat_unsupported(arguments, folded=True)
+        if unsupported:
+            raise ValueError(
+                f"qat={qat!r} simulates the plain ViT layout; "
+                f"{layouts.described(unsupported)} has layers it does not simulate."
+            )
 
 
 def _batch_shape(x):

@@ -13,6 +13,7 @@ import os
 import typing
 
 from keras_vit import _options
+from keras_vit.models import layouts
 from keras_vit.models.variants import SMALL_MODEL, SMALL_MODELS  # noqa: F401 (re-exported)
 from keras_vit.training.run import Run
 from keras_vit.training.run_folder import removed_if_failed
@@ -351,21 +352,18 @@ def _check_qat(settings, architecture):
                 f"{given} trains every weight with LiteRT's rounding; it does not combine with "
                 f"{_options.given(other, getattr(settings, other))}."
             )
-    plain = {
-        "stem_filters": architecture.get("stem_filters") is None,
-        "representation_size": not architecture.get("representation_size"),
-        "distillation_token": not architecture.get("distillation_token"),
-        "class_token": architecture.get("class_token", True),
-        "position_embedding": architecture.get("position_embedding", "learned") == "learned",
-        "pooling": architecture.get("pooling") in (None, "token"),
+    # The fine-tuned model: the file's, with a head (a new one on an encoder's file).
+    layout = {
+        **architecture,
+        "include_top": True,
+        "pooling": architecture.get("pooling") or "token",
     }
-    unsimulated = [f"{name}={architecture.get(name)!r}" for name, is_plain in plain.items()]
-    unsimulated = [given for given, is_plain in zip(unsimulated, plain.values()) if not is_plain]
-    if unsimulated:
+    unsupported = layouts.qat_unsupported(layout)
+    if unsupported:
         raise ValueError(
-            f"{given} simulates the plain ViT layout (class token, learned position "
-            f"embeddings, patches of pixels, a linear head); {settings.weights!r} has "
-            f"{', '.join(unsimulated)}."
+            f"{given} simulates the plain ViT layout (patches of pixels, learned position "
+            f"embeddings, class-token or average pooling, a linear head); "
+            f"{settings.weights!r} has {layouts.described(unsupported)}."
         )
 
 

@@ -1,5 +1,6 @@
 """A ViT with its residual stream rotated: the same function, the outlier channel spread out."""
 
+import re
 import json
 
 import keras
@@ -62,16 +63,21 @@ def test_a_rotated_copy_computes_the_same_outputs_without_the_outlier_channel(la
 
 
 def test_layouts_outside_the_rewrite_are_named_and_refused():
-    for options, named in (
-        (dict(pooling="map"), "map_head"),
-        (dict(stem_filters=(8,), patch_size=2), "stem"),
-        (dict(include_top=False, pooling="token"), "no head/kernel"),
+    for options, named, argument in (
+        (dict(pooling="map"), "map_head", "pooling='map'"),
+        (dict(stem_filters=(8,), patch_size=2), "stem", "stem_filters=(8,)"),
+        (dict(include_top=False, pooling="token"), "no head/kernel", "include_top=False"),
     ):
         model = keras_vit.ViT(**{**TINY, **options})
         assert any(named in path for path in unrotatable_weights(model)), options
-        with pytest.raises(ValueError, match=named):
+        with pytest.raises(ValueError, match=re.escape(argument)):
             rotated_copy(model)
     assert unrotatable_weights(keras_vit.ViT(**TINY)) == []
+    # Every weight in place, but a function that a rotation would change (a
+    # max over features) or a head that reads the stream twice: refused too.
+    for pooling in ("max", "token_gap"):
+        with pytest.raises(ValueError, match=f"pooling='{pooling}' is outside it"):
+            rotated_copy(keras_vit.ViT(**TINY, pooling=pooling))
 
 
 @pytest.mark.slow

@@ -188,3 +188,45 @@ def test_every_export_of_a_lora_model_is_its_merged_models(tmp_path):
         assert written["rotated"] is True, name
         tables.append(keras_vit.export.check_tflite(tmp_path / name, merged, images))
     assert tables[0]["max_abs_error"] == tables[1]["max_abs_error"]
+
+
+def test_predict_after_enable_lora_and_merge_sees_the_adapters():
+    # A model that predicted before keeps no traced function that ignores them.
+    model = model_with_weights()
+    images, _ = images_and_labels()
+    before = model.predict(images, verbose=0)
+    model.enable_lora(2, alpha=4)  # (a scale of 2: alpha != rank)
+    for variable in model.trainable_weights:
+        if "lora_kernel" in variable.path:
+            variable.assign(np.full(variable.shape, 0.05, "float32"))
+    adapted = model.predict(images, verbose=0)
+    merged = lora.merge_lora(model)
+    np.testing.assert_allclose(adapted, merged.predict(images, verbose=0), atol=1e-5)
+    assert np.abs(adapted - before).max() > 1e-3
+    # The merged kernel is the frozen one plus (alpha / rank) A @ B per slot.
+    qkv = model.get_layer("encoderblock_0").attention.qkv
+    a, b = numpy(qkv.lora_kernel_a), numpy(qkv.lora_kernel_b)
+    frozen = numpy(keras_vit._compat.lora_frozen_kernel(qkv))
+    expected = frozen.copy()
+    for index, slot in enumerate(qkv.lora_slots):
+        expected[:, slot] += (2.0 * a[index] @ b[index]).reshape(expected[:, slot].shape)
+    np.testing.assert_allclose(qkv_kernel(merged), expected, atol=1e-6)
+
+
+def test_lora_on_a_quantization_aware_copy_trains_under_its_rounding():
+    model = model_with_weights()
+    images = np.random.default_rng(1).uniform(0, 255, (32, 16, 16, 3)).astype("float32")
+    copy = keras_vit.models.quantization_aware_copy(model, "int8", images)
+    plain = copy.predict(images, verbose=0)
+    copy.enable_lora(2, target=("query", "value", "out"))
+    # Adapters at zero: the same rounded function, to the last bit.
+    np.testing.assert_array_equal(copy.predict(images, verbose=0), plain)
+    for variable in copy.trainable_weights:
+        if "lora_kernel" in variable.path:
+            variable.assign(np.full(variable.shape, 0.05, "float32"))
+    # Trained adapters: the merged QAT model (what the export writes) computes the same.
+    merged = lora.merge_lora(copy)
+    assert keras_vit.models.qat_mode(merged) == "int8"
+    np.testing.assert_allclose(
+        copy.predict(images, verbose=0), merged.predict(images, verbose=0), atol=1e-5
+    )
