@@ -1,7 +1,7 @@
 """A ViT with its residual stream rotated: the same function, the outlier channel spread out."""
 
-import re
 import json
+import re
 
 import keras
 import numpy as np
