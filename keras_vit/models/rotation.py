@@ -85,7 +85,7 @@ def unrotatable_weights(model):
 
 
 def rotatable(model):
-    """Whether `rotated_copy` rewrites `model`: its layout (`layouts.unrotatable`) and its weights."""
+    """Whether `rotated_copy` rewrites `model`: its layout (`layouts.unrotatable`), its weights."""
     return not layouts.unrotatable(_arguments(model)) and not unrotatable_weights(model)
 
 
