@@ -252,14 +252,19 @@ def state_unlocked(layer):
         tracker.lock()
 
 
-def lora_frozen_kernel(layer):
-    """The frozen kernel of a LoRA layer, without its adapters' update.
+def stored_kernel(layer):
+    """The kernel variable a Keras `Dense`/`EinsumDense` stores, without a LoRA update.
 
-    Keras' `Dense`/`EinsumDense` keep it in `_kernel`; their `kernel` is
-    the merged one, which is also all that `save_weights` writes (and a
-    load zeroes the adapters).
+    Keras keeps it in `_kernel`; with LoRA their `kernel` is the merged one
+    (the frozen kernel plus the adapters' product), which is also all that
+    `save_weights` writes (and a load zeroes the adapters).
     """
-    return _private(layer, "_kernel", "a LoRA layer's frozen kernel")
+    return _private(layer, "_kernel", "a Dense layer's stored kernel")
+
+
+def lora_frozen_kernel(layer):
+    """The frozen kernel of a LoRA layer, without its adapters' update (`stored_kernel`)."""
+    return stored_kernel(layer)
 
 
 # --- Distribution: building before a multi-worker fit -----------------------

@@ -659,3 +659,16 @@ def test_exporting_a_model_of_any_size_names_the_option_export_takes(tmp_path):
         shown = str(exit_.value.code)
         assert "name the size to export it at, e.g. --image-size 224." in shown, shown
         assert "--model" not in shown  # (export takes MODEL, positional)
+
+
+def test_a_keras_quantized_model_is_refused_by_the_tflite_export_in_one_line(tmp_path):
+    model = tmp_path / "int8.keras"
+    quantized = keras_vit.ViT(**TINY)
+    quantized.quantize("int8")
+    quantized.save(model)
+    with pytest.raises(SystemExit) as exit_:
+        main(["export", str(model), "--format", "tflite", "--quantize", "int8"])
+    shown = str(exit_.value.code)
+    assert "LiteRT cannot convert Keras' 'int8' layers" in shown, shown
+    assert "SavedModel" in shown and len(shown.splitlines()) == 1, shown
+    assert not any(path.suffix == ".tflite" for path in tmp_path.iterdir())

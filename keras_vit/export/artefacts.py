@@ -98,3 +98,19 @@ def write_aside(files):
             f.write(data)
         apply_umask(f.name)
         os.replace(f.name, target)
+
+
+def check_class_names(class_names, classes):
+    """`class_names` as a list of one str per class (or None); a clear error if not."""
+    if class_names is None:
+        return None
+    if isinstance(class_names, str) or not all(isinstance(n, str) for n in class_names):
+        raise TypeError(
+            f"`class_names` must be a sequence of str. Received: class_names={class_names!r}"
+        )
+    if len(class_names) != classes:
+        raise ValueError(
+            f"`class_names` has {len(class_names)} names for a model with {classes} "
+            f"classes. Received: class_names={list(class_names)!r}"
+        )
+    return list(class_names)

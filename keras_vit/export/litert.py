@@ -18,7 +18,7 @@ import warnings
 import keras
 import numpy as np
 
-from keras_vit import _options
+from keras_vit import _compat, _options
 from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import artefacts, checks, graph
@@ -393,11 +393,17 @@ def _checked(model, path, overwrite, image_size, class_names, rotate):
     if not path.endswith(".tflite"):
         raise ValueError(f"`path` must end in '.tflite'. Received: path={path!r}")
     artefacts.refuse_to_replace(path, overwrite)
+    quantized = [layer for layer in _compat.all_layers(model) if layer.quantization_mode]
+    if quantized:
+        raise ValueError(
+            f"LiteRT cannot convert Keras' {quantized[0].quantization_mode!r} layers (model "
+            f"{model.name!r} was quantized with Keras' `quantize`; {quantized[0].path}, ...): "
+            "export the float model with LiteRT's own quantization (int8, int8_full), or this "
+            "one as a SavedModel."
+        )
     (_, *image_shape), _ = graph.input_spec(model, image_size=image_size)
     if class_names is not None:
-        from keras_vit.export.saved_model import _check_class_names
-
-        class_names = _check_class_names(class_names, model.outputs[0].shape[-1])
+        class_names = artefacts.check_class_names(class_names, model.outputs[0].shape[-1])
     return tuple(image_shape), class_names
 
 

@@ -62,9 +62,7 @@ def onnx(model, path, *, image_size=None, class_names=None, overwrite=False, ops
     (_, height, width, channels), _ = graph.input_spec(model, image_size=image_size)
     classes = model.outputs[0].shape[-1]
     if class_names is not None:
-        from keras_vit.export.saved_model import _check_class_names
-
-        class_names = _check_class_names(class_names, classes)
+        class_names = artefacts.check_class_names(class_names, classes)
     if keras.backend.backend() != "tensorflow":
         return rebuild_on_tensorflow(
             model,

@@ -20,21 +20,6 @@ WARMUP_FILE = "tf_serving_warmup_requests"
 SIGNATURES = ("serving_default", "serving_bytes")
 
 
-def _check_class_names(class_names, classes):
-    if class_names is None:
-        return None
-    if isinstance(class_names, str) or not all(isinstance(n, str) for n in class_names):
-        raise TypeError(
-            f"`class_names` must be a sequence of str. Received: class_names={class_names!r}"
-        )
-    if len(class_names) != classes:
-        raise ValueError(
-            f"`class_names` has {len(class_names)} names for a model with {classes} "
-            f"classes. Received: class_names={list(class_names)!r}"
-        )
-    return list(class_names)
-
-
 def _bytes_image_size(model, image_size):
     """The size `serving_bytes` resizes to: the model's, or the one asked of a model of any size."""
     from keras_vit.models import default_image_size
@@ -282,7 +267,7 @@ def saved_model(
     model = graph.exported_model(model)
     graph.input_spec(model, image_size=image_size, any_size=True)
     served = dict(
-        class_names=_check_class_names(class_names, classes),
+        class_names=artefacts.check_class_names(class_names, classes),
         crop_fraction=crop_fraction,
         top_k=top_k,
         **_checked_limits(

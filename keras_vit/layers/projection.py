@@ -6,6 +6,7 @@ import re
 import keras
 from keras import ops
 
+from keras_vit import _compat
 from keras_vit.layers import fake_quantization
 
 # `a<contracted>,<contracted><kept>-><a><kept>`: every non-batch axis of the
@@ -100,7 +101,7 @@ class Projection(keras.layers.EinsumDense):
         else:
             # The frozen kernel and the adapters apart: a step then needs no
             # gradient of the whole kernel, only of the thin factors.
-            frozen = ops.cast(self._kernel, self.compute_dtype)
+            frozen = ops.cast(_compat.stored_kernel(self), self.compute_dtype)
             outputs = ops.matmul(inputs, ops.reshape(frozen, (width, -1)))
             outputs = outputs + self._lora_outputs(inputs)
         if bias is not None:
@@ -119,7 +120,7 @@ class Projection(keras.layers.EinsumDense):
         # `(D, rank)` and B `(rank, heads * head_dim)`; zeros in the others.
         a, b = self.lora_kernel_a, self.lora_kernel_b
         updates = (self.lora_alpha / self.lora_rank) * ops.matmul(a, b)
-        base = self._kernel
+        base = _compat.stored_kernel(self)
         zeros = ops.zeros(updates.shape[1:], dtype=updates.dtype)
         columns = [
             updates[self.lora_slots.index(slot)] if slot in self.lora_slots else zeros
@@ -137,7 +138,7 @@ class Projection(keras.layers.EinsumDense):
             b = ops.cast(self.lora_kernel_b[index], self.compute_dtype)
             adapted[slot] = ops.matmul(ops.matmul(inputs, a), b) * scale
         zeros = ops.zeros_like(adapted[self.lora_slots[0]])
-        columns = [adapted.get(slot, zeros) for slot in range(self._kernel.shape[1])]
+        columns = [adapted.get(slot, zeros) for slot in range(_compat.stored_kernel(self).shape[1])]
         return ops.concatenate(columns, axis=-1)
 
     def enable_lora(
@@ -154,7 +155,7 @@ class Projection(keras.layers.EinsumDense):
         """
         if slots is None:
             return super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
-        shape = tuple(self._kernel.shape)
+        shape = tuple(_compat.stored_kernel(self).shape)
         slots = tuple(slots)
         if len(shape) < 3 or not slots or not set(slots) <= set(range(shape[1])):
             raise ValueError(
@@ -167,8 +168,6 @@ class Projection(keras.layers.EinsumDense):
                 f"{'LoRA' if self.lora_enabled else self.quantization_mode!r} already."
             )
         outputs = math.prod(shape[2:])
-        from keras_vit import _compat
-
         with _compat.state_unlocked(self):
             self.lora_kernel_a = self.add_weight(
                 name="lora_kernel_a",
@@ -182,7 +181,7 @@ class Projection(keras.layers.EinsumDense):
                 initializer=keras.initializers.get(b_initializer),
                 dtype="float32",
             )
-        self._kernel.trainable = False
+        _compat.stored_kernel(self).trainable = False
         self.lora_enabled = True
         self.lora_rank = rank
         self.lora_alpha = lora_alpha if lora_alpha is not None else rank
@@ -219,7 +218,7 @@ class Projection(keras.layers.EinsumDense):
         sublayers', so the file's empty entry for this layer that follows
         is then skipped.
         """
-        self._kernel.assign(kernel)
+        _compat.stored_kernel(self).assign(kernel)
         if bias is not None:
             self.bias.assign(bias)
         self._assigned_by_parent = True

@@ -2,6 +2,7 @@
 
 import inspect
 import types
+import warnings
 
 import keras
 
@@ -251,7 +252,11 @@ class VisionTransformer(keras.Model):
                 f"it with keras_vit.export.tflite(model, path, quantization={self._qat!r}), or "
                 f"quantize the float model it was copied from. Received: mode={mode!r}"
             )
-        return super().quantize(mode, *args, **kwargs)
+        with warnings.catch_warnings():
+            # Keras says so of every layer without weights to quantize (its own
+            # Rescaling and Dropout too): nothing of the model is left unquantized.
+            warnings.filterwarnings("ignore", message="Layer .* does not have a `quantize` method")
+            return super().quantize(mode, *args, **kwargs)
 
     def enable_lora(self, rank, target=lora.DEFAULT_TARGETS, alpha=None):
         """LoRA adapters on every block's `target` projections (see `models.lora.enable_lora`)."""
