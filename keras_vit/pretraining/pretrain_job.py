@@ -14,15 +14,15 @@ import dataclasses
 
 from keras_vit import _options
 from keras_vit.pretraining.settings import SMALL_DECODER, PretrainingSettings  # noqa: F401
+from keras_vit.training.model_names import (
+    check_image_size,
+    default_channels,
+    image_size_for,
+    model_arguments,
+)
 from keras_vit.training.run import Run
 from keras_vit.training.run_folder import removed_if_failed
 from keras_vit.training.settings import settings_of
-from keras_vit.training.train_job import (
-    check_image_size,
-    default_channels,
-    default_image_size,
-    model_arguments,
-)
 
 
 def pretrain(settings=None, /, *, verbose=2, log=print, **keywords):
@@ -90,7 +90,7 @@ def _check(settings, log):
             "receptive field crosses patch borders and would show the encoder the pixels it "
             "must predict; pre-train 'small/4' or a variant of the paper."
         )
-    image_size = settings.image_size or default_image_size(settings.model)
+    image_size = settings.image_size or image_size_for(settings.model)
     check_image_size(image_size, architecture["patch_size"])
     check_source(settings.dataset)
     settings = dataclasses.replace(settings, image_size=image_size)

@@ -8,6 +8,7 @@ from keras_vit.training.batch_norm_statistics import (
 from keras_vit.training.curves import plot_history
 from keras_vit.training.distillation import Distiller, load_teacher
 from keras_vit.training.finetuning import fit_new_heads
+from keras_vit.training.model_names import model_arguments
 from keras_vit.training.recipes import (
     RECIPES,
     Recipe,
@@ -20,4 +21,4 @@ from keras_vit.training.recipes import (
 )
 from keras_vit.training.run import Run
 from keras_vit.training.settings import RunSettings, TrainingSettings
-from keras_vit.training.train_job import DEFAULTS, SMALL_MODEL, model_arguments, train
+from keras_vit.training.train_job import DEFAULTS, SMALL_MODEL, train

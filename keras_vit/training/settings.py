@@ -218,7 +218,7 @@ class RunSettings:
         "default: 28 for the small models (Fashion-MNIST's size), 224 for the paper's "
         "variants; a fine-tune's: its checkpoint's",
         type=positive_int,
-    )  # (checked with the model: `train_job.check_image_size`)
+    )  # (checked with the model: `model_names.check_image_size`)
     epochs: int = setting(None, "training epochs", type=positive_int, check=_check_epochs)
     batch_size: int = setting(
         None,
