@@ -132,3 +132,28 @@ def test_gradient_accumulation_equals_one_step_on_the_whole_batch():
     assert moved > 1e-3
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize(
+    "changes, peak",
+    [(dict(lora=2), 3e-3), (dict(qat="int8"), 1e-6), (dict(), None)],
+    ids=["lora", "qat", "whole"],
+)
+def test_a_lora_or_qat_runs_optimizer_peaks_at_the_recipes_own_rate(changes, peak):
+    import types
+
+    from keras_vit.training import train_job
+
+    recipe = keras_vit.training.get_recipe("finetune")
+    assert (recipe.lora_learning_rate, recipe.qat_learning_rate) == (3e-3, 1e-6)
+    settings = types.SimpleNamespace(
+        patch_dropout_rate=None, layer_decay=None, ema_momentum=None, lora=None, qat=None
+    )
+    vars(settings).update(changes)
+    optimizer = train_job._recipe(settings, recipe).make_optimizer(
+        keras_vit.ViT(**TINY), total_steps=100
+    )
+    schedule = keras.optimizers.schedules.deserialize(optimizer.get_config()["learning_rate"])
+    rates = [float(keras.ops.convert_to_numpy(schedule(step))) for step in range(100)]
+    assert max(rates) == pytest.approx(peak or recipe.learning_rate, rel=1e-6)
