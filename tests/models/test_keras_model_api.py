@@ -60,11 +60,14 @@ def test_backbone_contract():
     assert json.dumps(revived.get_config(), sort_keys=True) == config
     # Eager call, compiled predict, a tf.data pipeline.
     images = image_batch()
-    assert tuple(model(images).shape) == (4, TINY["classes"])
-    model.predict(images, verbose=0)
+    randomize_weights(model, scale=0.1)
+    eager = numpy(model(images))
+    assert eager.shape == (4, TINY["classes"])
+    np.testing.assert_allclose(model.predict(images, verbose=0), eager, atol=1e-6)
     import tensorflow as tf
 
-    model.predict(tf.data.Dataset.from_tensor_slices(images).batch(2), verbose=0)
+    pipeline = tf.data.Dataset.from_tensor_slices(images).batch(2)
+    np.testing.assert_allclose(model.predict(pipeline, verbose=0), eager, atol=1e-6)
     # The default name is the class's.
     assert re.search("vision_transformer", model.name)
 
@@ -104,14 +107,29 @@ def test_a_dtype_policy_map_given_at_construction_quantizes_those_layers(mode):
     for layer in quantizable(instance):
         policy_map[layer.path] = keras.dtype_policies.get(f"{mode}_from_float32")
     assert len(policy_map) == 4 * TINY["num_layers"] + 1  # every projection and the head
-    model = keras_vit.ViT(**TINY, dtype=policy_map)
-    model(image_batch())
+    model = keras_vit.ViT(**LOGITS, dtype=policy_map)
     for layer in quantizable(model):
         assert layer.quantization_mode == mode, layer.path
     config = model.get_config()
+    assert keras_vit.VisionTransformer.from_config(config).get_config() == config
+    # Built from the map of a float model quantized after building (Keras'
+    # `quantize("int4")` is grouped, "int4/128"), with that model's values, it
+    # computes that model's outputs, within the mode's error of the float ones.
+    reference = randomize_weights(keras_vit.ViT(**LOGITS), scale=0.1)
+    quantized = keras_vit.VisionTransformer.from_config(reference.get_config())
+    quantized.set_weights(reference.get_weights())
+    quantized.quantize(mode)
+    config = quantized.get_config()
+    assert isinstance(config["dtype"], dict)  # (a DTypePolicyMap, serialized)
     revived = keras_vit.VisionTransformer.from_config(config)
-    assert revived.get_config() == config
-    revived.set_weights(model.get_weights())
+    values = {variable.path: variable for variable in quantized.weights}
+    assert {variable.path for variable in revived.weights} == set(values)
+    for variable in revived.weights:
+        variable.assign(values[variable.path])
+    images = image_batch()
+    np.testing.assert_array_equal(numpy(revived(images)), numpy(quantized(images)))
+    low, high = ERROR_BOUNDS[mode]
+    assert low < quantization_error(revived, reference, images) < high
 
 
 def quantization_error(model, reference, images):
