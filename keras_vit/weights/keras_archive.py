@@ -102,6 +102,37 @@ def _refuse_code(config, path):
             _refuse_code(value, path)
 
 
+def _quantized_modes(config):
+    """The Keras quantization modes a saved model's configuration names (its dtype policies)."""
+    found = set()
+    if isinstance(config, dict):
+        if config.get("class_name", "").endswith("DTypePolicy") and "mode" in config.get(
+            "config", {}
+        ):
+            found.add(config["config"]["mode"])
+        config = list(config.values())
+    if isinstance(config, list):
+        for value in config:
+            found |= _quantized_modes(value)
+    return found
+
+
+class QuantizedModelFile(ValueError):
+    """A `.keras` file of a model quantized with Keras' `quantize`: not a checkpoint's weights."""
+
+
+def _refuse_quantized(config, path):
+    """A model quantized with Keras' `quantize` holds integer kernels: no checkpoint's weights."""
+    modes = sorted(_quantized_modes(config))
+    if modes:
+        raise QuantizedModelFile(
+            f"{path!r} holds a model quantized with Keras' `quantize` ({', '.join(modes)}): its "
+            "kernels are integers, not weights to fine-tune or load into a float model. Start "
+            "from the float model it was quantized from; `keras-vit evaluate` and `predict` "
+            "run this one as it is."
+        )
+
+
 def check_keras_archive(path):
     """A clear `ValueError` unless `path` is a `.keras` archive: the one message for each case.
 
@@ -136,7 +167,9 @@ def read_keras_weights(path):
     import h5py
 
     with zipfile.ZipFile(path) as archive:
-        _refuse_code(json.loads(archive.read("config.json")), path)
+        config = json.loads(archive.read("config.json"))
+        _refuse_code(config, path)
+        _refuse_quantized(config, path)
         data = archive.read("model.weights.h5")
     tensors = {}
     with h5py.File(io.BytesIO(data), "r") as weights:

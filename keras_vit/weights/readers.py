@@ -109,14 +109,14 @@ def _read_tensors(path):
     if not os.path.isfile(path):
         raise ValueError(f"No such checkpoint file: {path!r}")
     kind, read = _READERS[suffix]
-    if suffix == ".keras":
-        from keras_vit.weights.keras_archive import check_keras_archive
+    from keras_vit.weights.keras_archive import QuantizedModelFile, check_keras_archive
 
+    if suffix == ".keras":
         check_keras_archive(path)  # a truncated file: the same words everywhere
     try:
         return read(path)
-    except ImportError:
-        raise
+    except (ImportError, QuantizedModelFile):
+        raise  # (a quantized model's file: its own words, what it is and what to do)
     except Exception as error:  # noqa: BLE001  (parsers raise anything on bad bytes)
         raise ValueError(
             f"{path!r} is not a readable {kind} checkpoint "

@@ -167,9 +167,9 @@ def test_quantize_right_after_building_reaches_every_projection_and_saves(mode, 
     assert {layer.path for layer in loaded._flatten_layers() if layer.quantization_mode} == (
         expected
     )
-    # A quantized file names more variables than a keras_vit layer has: read as
-    # weights only, it is refused with the way to load it.
-    with pytest.raises(ValueError, match="quantized, LoRA.*keras.saving.load_model"):
+    # Read as a checkpoint's weights, a quantized file is refused, naming its mode
+    # and what to start from instead.
+    with pytest.raises(ValueError, match=f"quantized with Keras' `quantize` \\({mode}"):
         read_keras_weights(tmp_path / "quantized.keras")
 
 

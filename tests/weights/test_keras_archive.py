@@ -1,11 +1,15 @@
 """A `.keras` file's weights are read from its archive, named as the model names them."""
 
+import json
+import zipfile
+
 import keras
 import numpy as np
 import pytest
 
 import keras_vit
 from keras_vit.pretraining import objectives
+from keras_vit.weights.keras_archive import read_keras_weights
 from keras_vit.weights.readers import read_tensors
 from tests.conftest import randomize_weights
 
@@ -66,5 +70,27 @@ def test_a_layer_changed_after_it_was_built_is_refused_by_name(tmp_path):
     model.get_layer("head").quantize("int8")  # an int8 kernel and its scales
     path = str(tmp_path / "quantized.keras")
     model.save(path)
+    # Its configuration's quantized policies taken out: the variables alone tell.
+    with zipfile.ZipFile(path) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(entries["config.json"])
+    config["config"]["dtype"] = "float32"
+    entries["config.json"] = json.dumps(config).encode()
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
     with pytest.raises(ValueError, match=r"quantized\.keras.*layer 'head' holds 3 variables"):
         read_tensors(path)
+
+
+def test_a_keras_quantized_model_file_is_refused_as_a_checkpoint_saying_what_to_do(tmp_path):
+    model = keras_vit.ViT(**TINY)
+    model.quantize("int8")
+    model.save(tmp_path / "int8.keras")
+    for load in (read_keras_weights, keras_vit.from_checkpoint):
+        with pytest.raises(ValueError, match=r"quantized with Keras' `quantize` \(int8\)") as error:
+            load(str(tmp_path / "int8.keras"))
+        assert "float model it was quantized from" in str(error.value)
+        assert "not a readable" not in str(error.value)
+    keras_vit.ViT(**TINY).save(tmp_path / "float.keras")
+    assert read_keras_weights(str(tmp_path / "float.keras"))  # (a float file reads)
