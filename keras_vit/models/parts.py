@@ -82,11 +82,15 @@ class ImageInput:
 
     def with_input(self, input_tensor):
         """This part with its `input_shape` checked (and taken from `input_tensor`, if given)."""
-        shape = validate_input_shape(self.input_shape, input_tensor, self.data_format)
-        rescaling = pixel_rescaling(self.normalization, channels_last(shape, self.data_format)[-1])
-        checked = dataclasses.replace(self, input_shape=shape)
-        _set(checked, "_rescaling", rescaling)
+        checked = dataclasses.replace(
+            self, input_shape=validate_input_shape(self.input_shape, input_tensor, self.data_format)
+        )
+        checked.rescaling()  # (a normalisation that does not fit the channels: refused now)
         return checked
+
+    def rescaling(self):
+        """`Rescaling`'s scale and offset for the images' channels (`pixel_rescaling`)."""
+        return pixel_rescaling(self.normalization, self.image_size[-1])
 
     @property
     def image_size(self):
@@ -104,7 +108,7 @@ class ImageInput:
         if self.data_format == "channels_first":
             x = keras.layers.Permute((2, 3, 1), name="channels_last", dtype=dtype)(x)
         if self.include_rescaling:
-            x = keras.layers.Rescaling(**self._rescaling, name="rescaling", dtype=dtype)(x)
+            x = keras.layers.Rescaling(**self.rescaling(), name="rescaling", dtype=dtype)(x)
         return x
 
 

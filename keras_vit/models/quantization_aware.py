@@ -92,7 +92,8 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
             f"{', '.join(map(repr, fake_quantization.QAT_MODES))}. Received: "
             f"{_options.given('qat', mode)}"
         )
-    if not isinstance(model, VisionTransformer) or "layers" in model.get_config():
+    config = model.get_config() if isinstance(model, VisionTransformer) else {"layers": None}
+    if "layers" in config:
         raise ValueError(
             "`quantization_aware_copy` takes a keras_vit VisionTransformer as built or loaded "
             f"(its config its arguments). Received: model={getattr(model, 'name', model)!r}"
@@ -103,12 +104,12 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
             f"Model {model.name!r} simulates {trained_for!r} already (qat): start from the "
             "float model."
         )
-    if not model.get_config()["include_top"]:
+    if not config["include_top"]:
         raise ValueError(
             f"Quantization-aware training needs a classifier with its head; model {model.name!r} "
             "was built with include_top=False. Fine-tune a head first (keras-vit finetune)."
         )
-    unsupported = layouts.qat_unsupported(model.get_config())
+    unsupported = layouts.qat_unsupported(config)
     if unsupported:
         raise ValueError(
             f"Quantization-aware training simulates the plain ViT layout; model {model.name!r} "

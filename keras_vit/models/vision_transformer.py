@@ -113,7 +113,15 @@ class VisionTransformer(keras.Model):
         patches, tokens = patches or Patches(), tokens or TokenLayout()
         positions = (positions or Positions()).for_input(image)
         encoder, head = encoder or Encoder(), head or Head()
-        _check_together(image, patches, tokens, positions, encoder, head, qat)
+        parts = {
+            "image": image,
+            "patches": patches,
+            "tokens": tokens,
+            "positions": positions,
+            "encoder": encoder,
+            "head": head,
+        }
+        _check_together(parts, qat)
         policy = None if dtype is None else keras.dtype_policies.get(dtype)
         remat_scope = _compat.remat_scope()
 
@@ -153,16 +161,7 @@ class VisionTransformer(keras.Model):
 
         # The configuration: the parts as built (a checkpoint's values in
         # place of the defaults, with `weights=`), so a file rebuilds this function.
-        self._parts = types.MappingProxyType(
-            {
-                "image": image,
-                "patches": patches,
-                "tokens": tokens,
-                "positions": positions,
-                "encoder": encoder,
-                "head": head,
-            }
-        )
+        self._parts = types.MappingProxyType(parts)
         self._qat = qat
         self._grafted = input_tensor is not None and not (
             len(inputs) == 1 and inputs[0] is input_tensor
@@ -296,9 +295,10 @@ class VisionTransformer(keras.Model):
         return cls.from_arguments(**{"data_format": "channels_last", **config})
 
 
-def _check_together(image, patches, tokens, positions, encoder, head, qat):
+def _check_together(parts, qat):
     """The rules between parts (each part checked its own fields when it was made)."""
-    head.check_tokens(tokens)
+    image, encoder, head = parts["image"], parts["encoder"], parts["head"]
+    head.check_tokens(parts["tokens"])
     if encoder.patch_dropout_rate and image.dynamic:
         raise ValueError(
             "patch_dropout_rate needs a fixed input size; a model of run-time "
@@ -307,16 +307,7 @@ def _check_together(image, patches, tokens, positions, encoder, head, qat):
         )
     vit_layers.fake_quantization.check_qat(qat)
     if qat is not None:
-        arguments = model_parts.arguments_of(
-            {
-                "image": image,
-                "patches": patches,
-                "tokens": tokens,
-                "positions": positions,
-                "encoder": encoder,
-                "head": head,
-            }
-        )
+        arguments = model_parts.arguments_of(parts)
         unsupported = layouts.qat_unsupported(arguments, folded=True)
         if unsupported:
             raise ValueError(

@@ -84,37 +84,38 @@ def _read_group(group, prefix, tensors, path):
             _read_group(group[key], prefix, tensors, path)
 
 
+def _objects(config):
+    """Every dict in a saved configuration, at any depth."""
+    if isinstance(config, dict):
+        yield config
+        config = list(config.values())
+    if isinstance(config, list):
+        for value in config:
+            yield from _objects(value)
+
+
 def _refuse_code(config, path):
     """A file whose configuration carries Python code (a `Lambda` layer's) is refused.
 
     Nothing here would run it, but such a file is not a keras_vit model, and
     Keras' safe mode refuses it where the file is loaded as a model.
     """
-    if isinstance(config, dict):
-        if config.get("class_name") == "__lambda__":
-            raise ValueError(
-                f"{path!r} holds a `Lambda` layer's Python bytecode: not a keras_vit model "
-                "file (Keras' safe mode refuses to run such code)"
-            )
-        config = list(config.values())
-    if isinstance(config, list):
-        for value in config:
-            _refuse_code(value, path)
+    if any(item.get("class_name") == "__lambda__" for item in _objects(config)):
+        raise ValueError(
+            f"{path!r} holds a `Lambda` layer's Python bytecode: not a keras_vit model "
+            "file (Keras' safe mode refuses to run such code)"
+        )
 
 
 def _quantized_modes(config):
     """The Keras quantization modes a saved model's configuration names (its dtype policies)."""
-    found = set()
-    if isinstance(config, dict):
-        if config.get("class_name", "").endswith("DTypePolicy") and "mode" in config.get(
-            "config", {}
-        ):
-            found.add(config["config"]["mode"])
-        config = list(config.values())
-    if isinstance(config, list):
-        for value in config:
-            found |= _quantized_modes(value)
-    return found
+    return {
+        item["config"]["mode"]
+        for item in _objects(config)
+        if str(item.get("class_name", "")).endswith("DTypePolicy")
+        and isinstance(item.get("config"), dict)
+        and "mode" in item["config"]
+    }
 
 
 class QuantizedModelFile(ValueError):
