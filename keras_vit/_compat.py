@@ -208,6 +208,18 @@ def all_layers(model):
     return list(flatten(include_self=False, recursive=True))
 
 
+def forget_traced_functions(model):
+    """Drops a model's traced train, test and predict functions, as Keras' `quantize` does.
+
+    A function traced before a layer changed (new variables, another call
+    path) would go on computing the old graph on TensorFlow, and on JAX
+    without the new variables. (Keras has no public reset; `quantize` sets
+    these attributes, and `make_*_function` rebuilds what is `None`.)
+    """
+    if isinstance(model, keras.Model):
+        model.train_function = model.test_function = model.predict_function = None
+
+
 # --- Models: keras.RematScope ---------------------------------------------
 
 # Every Keras operation reads the active `keras.RematScope` when it is made
@@ -265,6 +277,75 @@ def stored_kernel(layer):
 def lora_frozen_kernel(layer):
     """The frozen kernel of a LoRA layer, without its adapters' update (`stored_kernel`)."""
     return stored_kernel(layer)
+
+
+# --- Layers: LoRA of another shape on Keras' int8 EinsumDense ------------
+
+# Keras' int8 EinsumDense adds its own LoRA term inside `_int8_call` and, when
+# saving, merges its own factors into the int8 kernel
+# (`_get_kernel_with_merged_lora`: dequantize, add, requantize with the
+# layer's scale layout); neither has a hook for adapters of another shape
+# (keras/src/layers/core/einsum_dense.py), as `layers.Projection`'s per-slot
+# LoRA of the fused q/k/v kernel.
+for _hook in (
+    "_int8_call",
+    "_get_kernel_with_merged_lora",
+    "_adjust_scale_for_dequant",
+    "_adjust_scale_for_quant",
+):
+    _require_private_method(
+        keras.layers.EinsumDense, _hook, "LoRA of another shape on an int8 kernel"
+    )
+
+
+class EinsumDenseWithOwnLoRA(keras.layers.EinsumDense):
+    """An `EinsumDense` whose int8 call and merged save use the subclass's own LoRA.
+
+    While `own_lora` is true, the int8 call is Keras' without its LoRA term,
+    plus `own_lora_outputs(inputs, outputs_shape)`; the kernel saved is the
+    int8 kernel dequantized, `own_lora_update()` added and requantized as
+    Keras' `quantize` does (the same per-channel scale layout): Keras'
+    QLoRA, with adapters of the subclass's shape.
+    """
+
+    own_lora = False
+
+    def own_lora_outputs(self, inputs, outputs_shape):
+        raise NotImplementedError
+
+    def own_lora_update(self):
+        raise NotImplementedError
+
+    def dequantized_kernel(self):
+        """The int8 kernel as floats (levels divided by their scales), the kernel's shape."""
+        scale = self._adjust_scale_for_dequant(self.kernel_scale)
+        return keras.ops.divide(keras.ops.cast(self._kernel, self.compute_dtype), scale)
+
+    def _int8_call(self, inputs, training=None):
+        if not self.own_lora:
+            return super()._int8_call(inputs, training)
+        self.lora_enabled = False  # (Keras' term of its own factors' shape: not these)
+        try:
+            outputs = super()._int8_call(inputs, training)
+        finally:
+            self.lora_enabled = True
+        return outputs + self.own_lora_outputs(inputs, keras.ops.shape(outputs))
+
+    def _get_kernel_with_merged_lora(self):
+        if not self.own_lora or self.quantization_mode != "int8":
+            return super()._get_kernel_with_merged_lora()
+        merged = keras.ops.add(self.dequantized_kernel(), self.own_lora_update())
+        kernel, scale = keras.quantizers.abs_max_quantize(
+            merged, axis=self._kernel_reduced_axes, to_numpy=True
+        )
+        return kernel, self._adjust_scale_for_quant(scale, "kernel"), None
+
+
+def merged_quantized_kernel(layer):
+    """`(kernel, kernel_scale)` of a quantized LoRA layer, its adapters merged as Keras saves it."""
+    merge = _private(layer, "_get_kernel_with_merged_lora", "a quantized LoRA layer's merge")
+    kernel, scale, _ = merge()
+    return kernel, scale
 
 
 # --- Distribution: building before a multi-worker fit -----------------------

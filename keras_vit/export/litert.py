@@ -23,9 +23,8 @@ from keras_vit._compat import litert_ops
 from keras_vit._native_output import native_stderr_captured
 from keras_vit.export import artefacts, checks, graph
 from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
-from keras_vit.layers import fake_quantization
 from keras_vit.layers.layer_normalization import variance_from_second_moment
-from keras_vit.models import qat_mode, rotation
+from keras_vit.models import float_copy, qat_mode, rotation
 
 QUANTIZATIONS = (None, "float16", "dynamic", "int8", "int8_full", "int16x8")
 # The modes whose activation ranges are calibrated on representative images.
@@ -428,12 +427,9 @@ def _write_tflite(
     if rotated:
         model, rotated = _rotated_if_the_same(model, calibration[:2])
     simulated = trained_for is not None and trained_for == quantization
-    with (
-        fake_quantization.simulation_disabled()
-        if trained_for is not None and not simulated
-        else contextlib.nullcontext()
-    ):
-        content = _convert(model, quantization, calibration, allow_flex, image_size, simulated)
+    if trained_for is not None and not simulated:
+        model = float_copy(model)
+    content = _convert(model, quantization, calibration, allow_flex, image_size, simulated)
     counts = op_counts(content)
     flex = sorted(name for name in counts if name.startswith("Flex") or name == "CUSTOM")
     if flex and not allow_flex:

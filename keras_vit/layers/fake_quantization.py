@@ -20,18 +20,22 @@ The two modes are those of `keras_vit.export.tflite`:
   steps of LayerNorm, the attention's scaled query, logits, probabilities and
   context, GELU's output, the residual additions and the token sequence.
 
-On TensorFlow at inference an activation's rounding is TensorFlow's own
-`FakeQuantWithMinMaxVars` op: the LiteRT converter reads its range and uses
-it as the tensor's quantization, which is how the learned ranges reach the
-file. Everywhere else it is the same arithmetic in `keras.ops` (TensorFlow's
-nudging of the range to an integer zero point, its rounding).
-"""
+An activation's rounding is Keras' `fake_quant_with_min_max_vars`: on
+TensorFlow, TensorFlow's own `FakeQuantWithMinMaxVars` op, whose range the
+LiteRT converter reads and uses as the tensor's quantization (how the
+learned ranges reach the file); elsewhere the same arithmetic in `keras.ops`.
 
-import contextlib
-import contextvars
+What a QAT layer does is decided by its own state, never by a variable read
+while a function is traced: its mode (`qat`, in its configuration), and its
+quantizers' `calibrating` flag, which `calibrate` sets only for its own eager
+calls and after which it drops the model's traced functions (as Keras'
+`quantize` does).
+"""
 
 import keras
 from keras import ops
+
+from keras_vit import _compat
 
 QAT_MODES = ("int8", "int8_full")
 # The kinds of quantization point that each mode quantizes: a Dense layer's
@@ -42,9 +46,6 @@ _KINDS = {
 }
 # A softmax's int8 output in LiteRT: scale 1/256, zero point -128.
 SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
-
-_CALIBRATING = contextvars.ContextVar("keras_vit_calibrating", default=False)
-_SIMULATING = contextvars.ContextVar("keras_vit_simulating", default=True)
 
 
 def check_qat(qat, argument="qat"):
@@ -57,55 +58,42 @@ def check_qat(qat, argument="qat"):
     return qat
 
 
-@contextlib.contextmanager
-def calibrating():
-    """Within the block, quantizers record their inputs' range and pass them unrounded.
+def calibrate(model, images, batch_size=32):
+    """Sets the range of each of `model`'s quantization points to what `images` give there.
 
-    Each call (eager, `training=False`) widens the quantizer's range to
-    the batch's minimum and maximum (the first call sets it): what
-    `models.quantization_aware_copy` runs its calibration images through.
+    The images run through the model's float function (no rounding, eager),
+    each point recording the minimum and maximum of its inputs (the widest
+    over all batches, zero inside): what `models.quantization_aware_copy`
+    does to a new copy. The model's traced functions are dropped after it.
     """
-    token = _CALIBRATING.set(True)
+    quantizers = [
+        layer for layer in _compat.all_layers(model) if isinstance(layer, ActivationQuantizer)
+    ]
+    for quantizer in quantizers:
+        quantizer.calibrating = True
     try:
-        yield
+        for start in range(0, len(images), batch_size):
+            model(images[start : start + batch_size], training=False)
     finally:
-        _CALIBRATING.reset(token)
+        for quantizer in quantizers:
+            quantizer.calibrating = False
+        _compat.forget_traced_functions(model)
 
 
-@contextlib.contextmanager
-def simulation_disabled():
-    """Within the block, a QAT model computes without rounding: its float function.
-
-    Its weights are the trained float weights (not rounded) and every
-    activation passes as it is: what a QAT model exported in another mode
-    than its own (`"dynamic"`, float) computes.
-    """
-    token = _SIMULATING.set(False)
-    try:
-        yield
-    finally:
-        _SIMULATING.reset(token)
-
-
-def simulating():
-    """Whether QAT models round (False inside `simulation_disabled` and `calibrating`)."""
-    return _SIMULATING.get() and not _CALIBRATING.get()
-
-
-def _nudged(low, high, levels=255.0):
-    """TensorFlow's `FakeQuantWithMinMaxVars` range (`low <= 0 < high`): zero on a level."""
-    scale = (high - low) / levels
-    zero_point = ops.clip(ops.floor(-low / scale + 0.5), 0.0, levels)
-    return -zero_point * scale, (levels - zero_point) * scale, scale
+def rounds(quantizers):
+    """Whether a layer with these quantizers rounds: it has some, and none is calibrating."""
+    return bool(quantizers) and not any(q.calibrating for q in quantizers.values())
 
 
 def fake_quantize(x, low, high):
     """`x` rounded to 256 levels over `[low, high]` (nudged), gradients passed straight through.
 
     `low <= 0 < high`, as `ActivationQuantizer` keeps its range.
-    The forward pass is TensorFlow's `fake_quant_with_min_max_vars(x, low,
-    high, num_bits=8)`; the gradient is 1 inside the range and 0 outside,
-    and none reaches `low` and `high` (they are tracked, not learned).
+    Keras' `fake_quant_with_min_max_vars(x, low, high, num_bits=8)`
+    (TensorFlow's op on TensorFlow): the gradient is 1 inside the range and
+    0 outside. (Keras computes one for `low` and `high` too; a quantizer
+    holds them non-trainable, so none is applied: they are tracked, not
+    learned.)
 
     Example:
 
@@ -113,14 +101,7 @@ def fake_quantize(x, low, high):
     >>> [round(float(v), 4) for v in y]
     [-1.0039, 0.298, 2.9961]
     """
-    dtype = keras.backend.result_type(x.dtype, "float32")
-    x = ops.cast(x, dtype)
-    low = ops.stop_gradient(ops.cast(low, dtype))
-    high = ops.stop_gradient(ops.cast(high, dtype))
-    nudged_low, nudged_high, scale = _nudged(low, high)
-    clipped = ops.clip(x, nudged_low, nudged_high)
-    rounded = ops.floor((clipped - nudged_low) / scale + 0.5) * scale + nudged_low
-    return clipped + ops.stop_gradient(rounded - clipped)
+    return keras.quantizers.fake_quant_with_min_max_vars(x, low, high, num_bits=8)
 
 
 def fake_quantized_kernel(kernel, input_axes):
@@ -141,9 +122,11 @@ class ActivationQuantizer(keras.layers.Layer):
     """One quantization point: per-tensor asymmetric int8 rounding over a tracked range.
 
     Its range (`low`, `high`, not trained by gradients) is set by
-    calibration (`calibrating`) and then follows each training batch's
-    minimum and maximum as an exponential moving average (`momentum`),
-    as TensorFlow Model Optimization's Keras 2 quantizers do. A
+    calibration (while `calibrating`, a call records its inputs' range and
+    passes them unrounded; `calibrate` sets that for a whole model) and
+    then follows each training batch's minimum and maximum as an
+    exponential moving average (`momentum`), as TensorFlow Model
+    Optimization's Keras 2 quantizers do. A
     `fixed_range` (the softmax's) never moves. A `symmetric` range is
     `[-128 s, 127 s]`: zero point 0, what LiteRT's int8 batch matmul
     assumes of its right operand (XNNPACK, its CPU runtime, reads that
@@ -159,11 +142,15 @@ class ActivationQuantizer(keras.layers.Layer):
     Example:
 
     >>> quantizer = ActivationQuantizer()
-    >>> with calibrating():
-    ...     _ = quantizer(keras.ops.convert_to_tensor([[-1.0, 3.0]]))
+    >>> quantizer.calibrating = True
+    >>> _ = quantizer(keras.ops.convert_to_tensor([[-1.0, 3.0]]))
+    >>> quantizer.calibrating = False
     >>> [round(float(v), 4) for v in quantizer(keras.ops.convert_to_tensor([[0.3, 9.0]]))[0]]
     [0.298, 2.9961]
     """
+
+    # Set by `calibrate` for its calls only; not configuration, not saved.
+    calibrating = False
 
     def __init__(self, momentum=0.99, fixed_range=None, symmetric=False, **kwargs):
         super().__init__(**kwargs)
@@ -188,31 +175,21 @@ class ActivationQuantizer(keras.layers.Layer):
         )
 
     def call(self, inputs, training=None):
-        if _CALIBRATING.get():
+        if self.calibrating:
             self._calibrate(inputs)
-            return inputs
-        if not _SIMULATING.get():
             return inputs
         if training and self.fixed_range is None:
             self._track(inputs)
-        if not training and keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            # The op whose range the LiteRT converter reads.
-            return tf.quantization.fake_quant_with_min_max_vars(
-                tf.cast(inputs, "float32"), self.low, self.high, num_bits=8
-            )
         return fake_quantize(inputs, self.low, self.high)
 
     def _calibrate(self, inputs):
+        # (The range starts at [0, 0] and always holds zero: the widest
+        # minimum and maximum over the calls.)
         if self.fixed_range is not None:
             return
-        low = ops.cast(ops.min(inputs), "float32")
-        high = ops.cast(ops.max(inputs), "float32")
-        first = ops.equal(self.calibrated, 0.0)
         self._set_range(
-            ops.where(first, low, ops.minimum(self.low, low)),
-            ops.where(first, high, ops.maximum(self.high, high)),
+            ops.minimum(self.low, ops.cast(ops.min(inputs), "float32")),
+            ops.maximum(self.high, ops.cast(ops.max(inputs), "float32")),
         )
         self.calibrated.assign(1.0)
 
@@ -301,10 +278,10 @@ def serialization_spec(layer, spec):
 
 
 def scaled(layer, kernel, bias):
-    """`(kernel, bias)` times the layer's `output_scale`, the kernel rounded if simulating."""
+    """`(kernel, bias)` times the layer's `output_scale`, the kernel rounded unless calibrating."""
     scale = ops.cast(layer.output_scale, kernel.dtype)
     kernel = kernel * scale
-    if simulating():
+    if rounds(layer.quantizers):
         kernel = fake_quantized_kernel(kernel, tuple(range(len(kernel.shape) - 1)))
     return kernel, None if bias is None else bias * ops.cast(scale, bias.dtype)
 

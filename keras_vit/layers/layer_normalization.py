@@ -118,7 +118,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
         the converter maps.)
         """
         quantizer = self.quantizers.get("inverse_std")
-        if not training or quantizer is None or not fake_quantization.simulating():
+        if not training or quantizer is None or not fake_quantization.rounds(self.quantizers):
             return ops.rsqrt(shifted)
         positive = ops.greater(shifted, 0.0)
         inverse_std = ops.rsqrt(ops.where(positive, shifted, 1.0))

@@ -216,7 +216,7 @@ class PatchEmbedding(keras.layers.Layer):
         kernel = self.kernel
         if self.quantizers:
             inputs = fake_quantization.at_point(self.quantizers, "inputs", inputs, training)
-            if fake_quantization.simulating():
+            if fake_quantization.rounds(self.quantizers):
                 kernel = fake_quantization.fake_quantized_kernel(kernel, (0, 1, 2))
         x = ops.conv(
             inputs,

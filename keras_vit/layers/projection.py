@@ -15,7 +15,7 @@ _FLAT_EQUATION = re.compile(r"a([b-z]+),\1([b-z]+)->a\2")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class Projection(keras.layers.EinsumDense):
+class Projection(_compat.EinsumDenseWithOwnLoRA):
     """`keras.layers.EinsumDense` that contracts all of its inputs' axes in one matmul.
 
     Attention keeps its kernels in head-major layouts, `(D, 3, heads,
@@ -27,7 +27,7 @@ class Projection(keras.layers.EinsumDense):
     runs one oneDNN inner product with the bias fused in, as for a `Dense`,
     and a LiteRT file gets one `FULLY_CONNECTED` (an einsum with a 4-D
     kernel stays a matmul, a reshape and a separate add). Quantized, Keras'
-    own `EinsumDense` calls run.
+    own `EinsumDense` calls run, with the slot adapters' term added (QLoRA).
 
     Args:
         equation: `"a<in>,<in><out>->a<out>"`: every non-batch input axis
@@ -116,18 +116,34 @@ class Projection(keras.layers.EinsumDense):
     def kernel(self):
         if self.lora_slots is None:
             return super().kernel
-        # Each slot's own low-rank update, `(alpha / rank) * A @ B` with A
-        # `(D, rank)` and B `(rank, heads * head_dim)`; zeros in the others.
-        a, b = self.lora_kernel_a, self.lora_kernel_b
-        updates = (self.lora_alpha / self.lora_rank) * ops.matmul(a, b)
-        base = _compat.stored_kernel(self)
+        # (Quantized: the int8 kernel as floats, the update added.)
+        base = self.dequantized_kernel() if self.quantization_mode else _compat.stored_kernel(self)
+        return ops.cast(ops.add(base, self.own_lora_update()), self.compute_dtype)
+
+    @property
+    def own_lora(self):
+        return self.lora_slots is not None
+
+    def own_lora_update(self):
+        """The slots' update of the kernel: `(alpha / rank) * A @ B` in each, zeros elsewhere.
+
+        A is `(D, rank)` and B `(rank, heads * head_dim)`, one pair per slot.
+        """
+        updates = (self.lora_alpha / self.lora_rank) * ops.matmul(
+            self.lora_kernel_a, self.lora_kernel_b
+        )
+        shape = tuple(_compat.stored_kernel(self).shape)
         zeros = ops.zeros(updates.shape[1:], dtype=updates.dtype)
         columns = [
             updates[self.lora_slots.index(slot)] if slot in self.lora_slots else zeros
-            for slot in range(base.shape[1])
+            for slot in range(shape[1])
         ]
-        update = ops.reshape(ops.stack(columns, axis=1), base.shape)
-        return ops.cast(ops.add(base, update), self.compute_dtype)
+        return ops.reshape(ops.stack(columns, axis=1), shape)
+
+    def own_lora_outputs(self, inputs, outputs_shape):
+        """The slot adapters' term of a quantized call's outputs (Keras' QLoRA, per slot)."""
+        flat = ops.reshape(inputs, (-1, math.prod(inputs.shape[1:])))
+        return ops.reshape(self._lora_outputs(ops.cast(flat, self.compute_dtype)), outputs_shape)
 
     def _lora_outputs(self, inputs):
         """`inputs @ update` of the slot adapters, `(alpha / rank) * (inputs @ A) @ B` per slot."""
@@ -151,7 +167,9 @@ class Projection(keras.layers.EinsumDense):
         `(rank, heads * head_dim)` factors: LoRA as on separate query and
         value projections. (Keras' own LoRA of this kernel would factor
         each slot and head apart.) The kernel is frozen; the merged kernel
-        is what `kernel` returns and what a saved file holds.
+        is what `kernel` returns and what a saved file holds. On a layer
+        quantized by Keras (`"int8"`), the adapters train beside the int8
+        kernel and a saved file holds their merge requantized: Keras' QLoRA.
         """
         if slots is None:
             return super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
@@ -162,9 +180,9 @@ class Projection(keras.layers.EinsumDense):
                 f"`slots` must name slots of axis 1 of the kernel {shape}. "
                 f"Received: slots={slots!r}"
             )
-        if self.lora_enabled or self.quantization_mode is not None:
+        if self.lora_enabled or self.quantization_mode not in (None, "int8"):
             raise ValueError(
-                f"LoRA needs a float layer without LoRA; {self.name!r} has "
+                f"LoRA needs a float or int8 layer without LoRA; {self.name!r} has "
                 f"{'LoRA' if self.lora_enabled else self.quantization_mode!r} already."
             )
         outputs = math.prod(shape[2:])

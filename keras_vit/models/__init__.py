@@ -26,7 +26,7 @@ from keras_vit.models.checkpoint_arguments import checkpoint_architecture
 from keras_vit.models.lora import merge_lora
 from keras_vit.models.parts import Encoder, Head, ImageInput, Patches, Positions, TokenLayout
 from keras_vit.models.preprocessing import preprocess_input
-from keras_vit.models.quantization_aware import qat_mode, quantization_aware_copy
+from keras_vit.models.quantization_aware import float_copy, qat_mode, quantization_aware_copy
 from keras_vit.models.token_merging import largest_merge, merge_tokens
 from keras_vit.models.variants import (
     PUBLISHED,

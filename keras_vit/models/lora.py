@@ -114,11 +114,12 @@ def _check(model, rank, target, alpha):
             f"Model {model.name!r} has LoRA already (rank {settings['rank']}): "
             "enable it once, on the model as built or loaded."
         )
-    quantized = [layer.path for layer in _compat.all_layers(model) if layer.quantization_mode]
-    if quantized:
+    modes = {layer.path: layer.quantization_mode for layer in _compat.all_layers(model)}
+    other = [(path, mode) for path, mode in modes.items() if mode not in (None, "int8")]
+    if other:
         raise ValueError(
-            f"Model {model.name!r} is quantized ({quantized[0]}, ...): enable LoRA on the "
-            "float model."
+            f"Model {model.name!r} is quantized in {other[0][1]!r} ({other[0][0]}, ...): LoRA "
+            "trains on a float model or one quantized by Keras in 'int8' (QLoRA)."
         )
     for name in target:
         shape = tuple(_target_layer(blocks[0], name).kernel.shape)
@@ -151,8 +152,8 @@ def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
 
     Raises:
         ValueError: a rank below 1 or above a target's width, an unknown
-            target, a model with LoRA already, a quantized model; before
-            any weight is touched.
+            target, a model with LoRA already, a model quantized in another
+            mode than Keras' `"int8"`; before any weight is touched.
 
     Example:
 
@@ -162,6 +163,11 @@ def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
     model.fit(...)
     model.save_lora_weights("vit.lora.h5")
     ```
+
+    On a model quantized by Keras (`model.quantize("int8")` first), the
+    adapters train beside the int8 kernels (Keras' QLoRA); a saved `.keras`
+    file holds each adapted kernel merged and requantized, as Keras saves its
+    own int8 LoRA layers, and `merge_lora` returns that int8 model.
     """
     target, blocks = _check(model, rank, target, alpha)
     for layer in model.layers:
@@ -177,19 +183,8 @@ def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
             layer = _target_layer(block, name)
             layer.trainable = True
             layer.enable_lora(rank, lora_alpha=alpha)
-    forget_traced_functions(model)
+    _compat.forget_traced_functions(model)
     return model
-
-
-def forget_traced_functions(model):
-    """Drops a model's traced train, test and predict functions, as Keras' `quantize` does.
-
-    A function traced before a layer changed (LoRA's new variables and
-    call) would go on computing the old graph on TensorFlow, and on JAX
-    without the new variables.
-    """
-    if isinstance(model, keras.Model):
-        model.train_function = model.test_function = model.predict_function = None
 
 
 def merged_weights(model):
@@ -200,8 +195,14 @@ def merged_weights(model):
         if "lora_kernel" not in variable.path
     }
     for layer in _compat.all_layers(model):
-        if getattr(layer, "lora_enabled", False):
+        if not getattr(layer, "lora_enabled", False):
+            continue
+        if layer.quantization_mode is None:
             weights[f"{layer.path}/kernel"] = keras.ops.convert_to_numpy(layer.kernel)
+        else:  # Keras' QLoRA: the merge requantized, with its new scales
+            kernel, scale = _compat.merged_quantized_kernel(layer)
+            weights[f"{layer.path}/kernel"] = keras.ops.convert_to_numpy(kernel)
+            weights[f"{layer.path}/kernel_scale"] = keras.ops.convert_to_numpy(scale)
     return weights
 
 

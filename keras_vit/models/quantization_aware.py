@@ -65,10 +65,9 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
         batch_size: int, images per calibration call.
 
     Returns:
-        A `VisionTransformer` with `qat=mode`: the float function of
-        `model` (to float32 rounding) when its rounding is switched off
-        (`layers.fake_quantization.simulation_disabled`), and close to it
-        with the rounding on.
+        A `VisionTransformer` with `qat=mode`: close to `model` with its
+        rounding, and `model`'s float function (to float32 rounding)
+        without it (`float_copy`).
 
     Raises:
         ValueError: an unknown `mode`, a model without a head or of another
@@ -132,9 +131,50 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
     if unused:
         raise ValueError(f"Weights of {model.name!r} without a place in the copy: {unused[:5]}")
     _rescale_folded(copy, {v.path: v for v in model.weights})
-    with fake_quantization.calibrating():
-        for start in range(0, len(images), batch_size):
-            copy(images[start : start + batch_size], training=False)
+    fake_quantization.calibrate(copy, images, batch_size)
+    return copy
+
+
+def float_copy(model):
+    """The float model that a quantization-aware `model` computes without its rounding.
+
+    Its configuration with `qat=None` and its weights, each kernel and bias
+    times its `output_scale` (the quantizers' ranges have no place in it;
+    its norms, without scale and offset, take their initial ones and zeros):
+    what a QAT model exported in another mode than its own computes. A
+    LoRA model is merged first.
+
+    Example:
+
+    >>> import keras_vit
+    >>> qat = keras_vit.ViT(
+    ...     patch_size=7, hidden_dim=32, num_layers=1, num_heads=2, mlp_dim=64,
+    ...     input_shape=(28, 28, 1), classes=10, qat="int8")
+    >>> qat_mode(float_copy(qat)) is None
+    True
+    """
+    if qat_mode(model) is None or not isinstance(model, VisionTransformer):
+        raise ValueError(
+            "`float_copy` takes a quantization-aware VisionTransformer (qat set). Received: "
+            f"model={getattr(model, 'name', model)!r} with qat={qat_mode(model)!r}"
+        )
+    if lora.lora_settings(model) is not None:
+        model = lora.merge_lora(model)
+    copy = VisionTransformer.from_config({**model.get_config(), "qat": None})
+    source = {variable.path: variable for variable in model.weights}
+    scales = {
+        layer.path: keras.ops.convert_to_numpy(layer.output_scale)
+        for layer in _compat.all_layers(model)
+        if getattr(layer, "output_scale", None) is not None
+    }
+    for variable in copy.weights:
+        if variable.path not in source:
+            continue
+        value = keras.ops.convert_to_numpy(source[variable.path])
+        layer_path, _, name = variable.path.rpartition("/")
+        if layer_path in scales and name in ("kernel", "bias"):
+            value = value * scales[layer_path]
+        variable.assign(value)
     return copy
 
 

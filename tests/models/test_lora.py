@@ -155,7 +155,7 @@ def test_bad_arguments_are_refused_before_anything_changes(arguments, message):
     assert len(model.trainable_weights) == len(model.weights)
 
 
-def test_lora_twice_or_on_a_quantized_model_is_refused_and_a_lora_model_does_not_quantize():
+def test_lora_twice_or_on_an_int4_model_is_refused_and_a_lora_model_does_not_quantize():
     model = model_with_weights()
     model.enable_lora(4)
     with pytest.raises(ValueError, match="has LoRA already \\(rank 4\\)"):
@@ -163,9 +163,45 @@ def test_lora_twice_or_on_a_quantized_model_is_refused_and_a_lora_model_does_not
     with pytest.raises(ValueError, match="merge_lora"):
         model.quantize("int8")
     quantized = model_with_weights()
-    quantized.quantize("int8")
-    with pytest.raises(ValueError, match="is quantized .*enable LoRA on the float model"):
+    quantized.quantize("int4")
+    with pytest.raises(ValueError, match="quantized in 'int4' .*'int8' \\(QLoRA\\)"):
         quantized.enable_lora(4)
+
+
+def int8_kernels(model):
+    return {v.path: numpy(v) for v in model.weights if v.dtype == "int8"}
+
+
+def test_qlora_trains_beside_the_int8_kernels_and_saves_merged_and_alone(tmp_path):
+    images, _ = images_and_labels()
+    model = model_with_weights()
+    model.quantize("int8")
+    before, kernels = numpy(model(images)), int8_kernels(model)
+    model.enable_lora(2, target=("query", "value", "mlp_dense_1"), alpha=4)
+    np.testing.assert_allclose(model.predict(images, verbose=0), before, atol=1e-6)
+    fit(model)
+    after = numpy(model(images))
+    change = np.abs(after - before).max()
+    assert change > 1e-2
+    assert all(np.array_equal(value, int8_kernels(model)[p]) for p, value in kernels.items())
+    qkv = model.get_layer("encoderblock_0").attention.qkv
+    assert np.abs(numpy(qkv.lora_kernel_b)).max(axis=(1, 2)).min() > 0  # (each slot trained)
+    np.testing.assert_allclose(model.predict(images, verbose=0), after, atol=1e-6)
+    # Saved as Keras saves its int8 LoRA layers: each kernel merged and
+    # requantized; merge_lora is that model.
+    model.save(tmp_path / "qlora.keras")
+    reloaded = numpy(keras.saving.load_model(tmp_path / "qlora.keras")(images))
+    assert np.abs(reloaded - after).max() < 0.1 * change
+    merged = lora.merge_lora(model)
+    assert lora.lora_settings(merged) is None and int8_kernels(merged).keys() == kernels.keys()
+    np.testing.assert_allclose(numpy(merged(images)), reloaded, atol=1e-5)
+    # The adapters alone, into the same int8 base.
+    model.save_lora_weights(tmp_path / "a.lora.h5")
+    other = model_with_weights()
+    other.quantize("int8")
+    other.enable_lora(2, target=("query", "value", "mlp_dense_1"), alpha=4)
+    other.load_lora_weights(tmp_path / "a.lora.h5")
+    np.testing.assert_allclose(numpy(other(images)), after, atol=1e-6)
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the TensorFlow graph's export")
