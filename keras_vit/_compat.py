@@ -279,6 +279,28 @@ def lora_frozen_kernel(layer):
     return stored_kernel(layer)
 
 
+# --- Layers: a DTypePolicyMap given to every layer -------------------------
+
+# A layer given a `DTypePolicyMap` (keras-hub's way: every layer gets the
+# model's `dtype`) holds the whole map, and Keras reads its mode two ways:
+# `quantization_mode` looks the layer's path up in it, but
+# `_get_kernel_with_merged_lora` (called by `save_own_variables`) and
+# `stateless_call` read `dtype_policy.quantization_mode`, the map's own, None
+# (keras/src/layers/core/einsum_dense.py, dense.py, layer.py): a quantized
+# layer built from a map saves its int8 kernel without its scale ("Invalid
+# dtype: object"). Keras' functional deserialization gives each layer its own
+# entry instead, which the setter of `dtype_policy` cannot (given a map, it
+# writes into the map).
+
+
+def hold_own_policies(model):
+    """Each layer of `model` that holds a `DTypePolicyMap` holds its own entry of it instead."""
+    for layer in all_layers(model):
+        policy = _private(layer, "_dtype_policy", "the dtype policy a layer holds")
+        if isinstance(policy, keras.dtype_policies.DTypePolicyMap) and layer.path:
+            layer._dtype_policy = policy[layer.path]
+
+
 # --- Layers: LoRA of another shape on Keras' int8 EinsumDense ------------
 
 # Keras' int8 EinsumDense adds its own LoRA term inside `_int8_call` and, when

@@ -45,6 +45,15 @@ def _target_layer(block, name):
     return getattr(owner, layer_name)
 
 
+def frozen_layer(layer):
+    """Whether a LoRA fine-tune freezes `layer` (all but the head): what QLoRA quantizes.
+
+    Example: `model.quantize("int8", filters=frozen_layer)`, then
+    `model.enable_lora(8)`: the head stays float and trainable.
+    """
+    return layer.name not in TRAINED_LAYERS
+
+
 def lora_settings(model):
     """`{"rank", "alpha", "target"}` of a LoRA-enabled model, as read from its layers; or `None`."""
     blocks = _blocks(model)

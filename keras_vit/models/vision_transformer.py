@@ -153,6 +153,7 @@ class VisionTransformer(keras.Model):
         super().__init__(inputs, outputs, name=name)
         if policy is not None:
             self.dtype_policy = policy
+            _compat.hold_own_policies(self)
         if remat_scope is not None and remat_scope.mode != "activations":
             # The blocks took the scope over (see `parts.Encoder.encode`).
             _compat.without_keras_remat([self, *self.operations, *_compat.all_layers(self)])

@@ -432,6 +432,15 @@ class TrainingSettings(RunSettings):
         recorded=_adapting,
         check=_check_lora_target,
     )
+    lora_base: str = setting(
+        None,
+        "with --lora: int8 stores the frozen encoder in Keras' int8 (QLoRA: the adapters "
+        "train beside int8 kernels, the head stays float); model.keras is then the int8 "
+        "model, each adapted kernel merged and requantized",
+        choices=("int8",),
+        metavar="MODE",
+        recorded=_adapting,
+    )
     qat: str = setting(
         None,
         "quantization-aware fine-tuning for LiteRT: train with the int8 rounding of "

@@ -13,7 +13,7 @@ import os
 import typing
 
 from keras_vit import _options
-from keras_vit.models import layouts
+from keras_vit.models import layouts, lora
 from keras_vit.models.variants import SMALL_MODEL, SMALL_MODELS  # noqa: F401 (re-exported)
 from keras_vit.training.model_names import (
     check_image_size,
@@ -240,13 +240,17 @@ def _check_distillation_token(settings, architecture):
 def _check_lora(settings, architecture):
     """`lora_target` with a rank; a rank no larger than any adapted projection's smaller side."""
     if settings.lora is None:
-        if settings.lora_target is not None:
-            raise ValueError(
-                f"{_options.name('lora_target')} chooses the projections that LoRA adapts and "
-                f"needs a rank, {_options.name('lora')}. Received: "
-                f"{_options.given('lora_target', settings.lora_target)} without "
-                f"{_options.name('lora')}"
-            )
+        for name, purpose in (
+            ("lora_target", "chooses the projections that LoRA adapts"),
+            ("lora_base", "chooses how LoRA's frozen encoder is stored"),
+        ):
+            if getattr(settings, name) is not None:
+                raise ValueError(
+                    f"{_options.name(name)} {purpose} and needs a rank, "
+                    f"{_options.name('lora')}. Received: "
+                    f"{_options.given(name, getattr(settings, name))} without "
+                    f"{_options.name('lora')}"
+                )
         return
     # Every target's update is a matrix with the model's width on one side.
     width = architecture["hidden_dim"]
@@ -387,6 +391,8 @@ def _model(job, data):
         else:
             network = keras_vit.ViT(**job.architecture, **options)
             name = settings.model
+        if settings.lora_base is not None:
+            network.quantize(settings.lora_base, filters=lora.frozen_layer)
         if settings.lora is not None:
             network.enable_lora(settings.lora, target=lora_targets(settings.lora_target))
         if settings.qat is not None:

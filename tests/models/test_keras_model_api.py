@@ -101,7 +101,7 @@ def quantizable(model):
 
 
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4"])
-def test_a_dtype_policy_map_given_at_construction_quantizes_those_layers(mode):
+def test_a_dtype_policy_map_given_at_construction_quantizes_those_layers(mode, tmp_path):
     instance = keras_vit.ViT(**TINY)
     policy_map = keras.dtype_policies.DTypePolicyMap("float32")
     for layer in quantizable(instance):
@@ -128,6 +128,10 @@ def test_a_dtype_policy_map_given_at_construction_quantizes_those_layers(mode):
         variable.assign(values[variable.path])
     images = image_batch()
     np.testing.assert_array_equal(numpy(revived(images)), numpy(quantized(images)))
+    # (Each layer holds its own policy: Keras' save reads it there.)
+    revived.save(tmp_path / "revived.keras")
+    reloaded = keras.saving.load_model(tmp_path / "revived.keras")
+    np.testing.assert_array_equal(numpy(reloaded(images)), numpy(quantized(images)))
     low, high = ERROR_BOUNDS[mode]
     assert low < quantization_error(revived, reference, images) < high
 

@@ -92,6 +92,48 @@ def test_a_lora_finetune_trains_the_adapters_and_head_and_writes_both_models(tra
 
 
 @pytest.mark.slow
+def test_a_qlora_finetune_keeps_the_encoder_int8_and_trains_adapters_and_a_float_head(
+    trained_run, tmp_path
+):
+    checkpoint = os.path.join(trained_run.folder, "model.keras")
+    data = write_dataset(tmp_path / "data", per_class=8, shades=(("a", 40), ("b", 120), ("c", 200)))
+    out = str(tmp_path / "qlora")
+    result = train(
+        data,
+        weights=checkpoint,
+        image_size=16,
+        epochs=1,
+        batch_size=8,
+        lora=2,
+        lora_base="int8",
+        output_dir=out,
+        verbose=0,
+        log=lambda line: None,
+    )
+    saved = keras.saving.load_model(result["paths"]["model.keras"])
+    qkv = saved.get_layer("encoderblock_0").attention.qkv
+    assert qkv.quantization_mode == "int8" and saved.get_layer("head").quantization_mode is None
+    assert json.load(open(os.path.join(out, "run.json")))["lora_base"] == "int8"
+    # The int8 start, as the run quantized it: the key slice (not adapted)
+    # keeps its levels and scales; the query and value slices moved.
+    start = keras_vit.from_checkpoint(
+        checkpoint, classes=3, input_shape=(16, 16, 3), classifier_activation=None
+    )
+    start.quantize("int8", filters=keras_vit.models.lora.frozen_layer)
+    before = start.get_layer("encoderblock_0").attention.qkv
+    levels = [keras.ops.convert_to_numpy(layer.kernel) for layer in (before, qkv)]
+    assert levels[0].dtype == levels[1].dtype == np.int8
+    np.testing.assert_array_equal(levels[1][:, 1], levels[0][:, 1])
+    assert np.abs(levels[1][:, [0, 2]].astype(int) - levels[0][:, [0, 2]]).max() > 0
+    # The adapters alone, on the int8 start: the saved model, to its requantization.
+    start.enable_lora(2)
+    start.load_lora_weights(result["paths"]["model.lora.h5"])
+    images = np.random.default_rng(0).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
+    adapted, merged = (keras.ops.convert_to_numpy(m(images)) for m in (start, saved))
+    np.testing.assert_allclose(adapted, merged, atol=0.05 * np.abs(merged).max())
+
+
+@pytest.mark.slow
 def test_a_killed_lora_finetune_resumes_with_its_adapters_bit_for_bit(trained_run, tmp_path):
     checkpoint = os.path.join(trained_run.folder, "model.keras")
     data = write_dataset(tmp_path / "data", per_class=16)
@@ -141,10 +183,14 @@ def test_lora_settings_are_refused_before_any_work(trained_run, tmp_path, capsys
     with pytest.raises(SystemExit):
         main(common + ["--lora", "0"])
     assert "--lora: must be a positive whole number, not '0'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(common + ["--lora", "2", "--lora-base", "int4"])
+    assert "--lora-base: invalid choice: 'int4' (choose from 'int8')" in capsys.readouterr().err
     for extra, message in (
         (["--lora", "2", "--lora-target", "query,attention"], r"--lora-target must name"),
         (["--lora-target", "value"], r"--lora-target chooses the projections .* needs a rank"),
         (["--lora", "100000"], r"--lora must be at most the model's width"),
+        (["--lora-base", "int8"], r"--lora-base chooses how LoRA's frozen encoder .* rank"),
     ):
         with pytest.raises(SystemExit, match=message):
             main(common + extra)
