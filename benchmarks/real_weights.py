@@ -580,6 +580,7 @@ def finetune(
     ema_momentum=None,
     lora=None,
     lora_target=None,
+    lora_base=None,
 ):
     """`keras-vit finetune` of the checkpoint on a small folder, beside its frozen probe.
 
@@ -589,8 +590,9 @@ def finetune(
     `keras_vit.training.train` runs with the command's defaults (or
     `recipe`, with `layer_decay`, `ema_momentum`, its rate set to
     `learning_rate`, and `lora`'s rank: `--lora`, whose rate is the
-    recipe's `lora_learning_rate`). One JSON row per seed, with the trained
-    parameters and, with LoRA, the adapter file's size.
+    recipe's `lora_learning_rate`; `lora_base="int8"`: QLoRA). One JSON row
+    per seed, with the trained parameters and, with LoRA, the adapter
+    file's size.
     """
     import dataclasses
     import time
@@ -638,8 +640,11 @@ def finetune(
             ema_momentum=ema_momentum,
             lora=lora,
             lora_target=lora_target,
+            lora_base=lora_base,
             seed=seed,
-            output_dir=os.path.join(out, f"lora{lora}_{seed}" if lora else f"finetune_{seed}"),
+            output_dir=os.path.join(
+                out, f"{lora_base or ''}lora{lora}_{seed}" if lora else f"finetune_{seed}"
+            ),
             overwrite=True,
             verbose=0,
             log=lambda line: None,
@@ -654,6 +659,7 @@ def finetune(
                 "ema_momentum": ema_momentum,
                 "lora": lora,
                 "lora_target": lora_target,
+                "lora_base": lora_base,
                 "probe_accuracy": float(np.mean(predicted == truth)),
                 "probe_seconds": round(probe_seconds, 1),
                 "finetune_accuracy": result["metrics"]["test_accuracy"],
@@ -904,6 +910,7 @@ def main(argv=None):
     tuning.add_argument("--ema", type=float, default=None, help="EMA momentum (default: none)")
     tuning.add_argument("--lora", type=int, default=None, help="LoRA's rank (default: none)")
     tuning.add_argument("--lora-target", default=None, help="default: query,value")
+    tuning.add_argument("--lora-base", choices=("int8",), default=None, help="int8: QLoRA")
     quantizing = commands.add_parser(
         "qat", help="keras-vit finetune --qat beside post-training quantization, per seed"
     )
@@ -948,6 +955,7 @@ def main(argv=None):
             ema_momentum=args.ema,
             lora=args.lora,
             lora_target=args.lora_target,
+            lora_base=args.lora_base,
         )
     elif args.command == "float-blocks":
         print_gemm_rate()

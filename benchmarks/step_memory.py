@@ -2,7 +2,8 @@
 
 For each backend and case, in a fresh process: `keras_vit.ViTB16` at 224 px (`plain`;
 `remat`: `remat=True`; `lora`: `enable_lora(--rank)` on the query and value, the encoder
-frozen; `lora+remat`: both), compiled with `--optimizer` (SGD, or AdamW as `keras-vit
+frozen; `lora+remat`: both; `int8+lora`: QLoRA, the encoder quantized by Keras in int8
+first), compiled with `--optimizer` (SGD, or AdamW as `keras-vit
 finetune`), then the peak resident memory (VmHWM, reset just before) above the resident
 memory before: of the first `train_on_batch` of `--batch-size` images (which also traces
 and compiles and makes the optimizer's slots; TensorFlow's allocator keeps what it took
@@ -16,6 +17,8 @@ day's fp32 GEMM rate.
         [--steps 2] [--cases plain remat] [--optimizer sgd] [--rank 8]
     python benchmarks/step_memory.py --cases plain lora --optimizer adamw --batch-size 32 \
         --backends tensorflow jax --xla-only
+    python benchmarks/step_memory.py --cases lora int8+lora --optimizer adamw \
+        --batch-size 32 --backends tensorflow jax --xla-only
 """
 
 import argparse
@@ -24,7 +27,7 @@ import textwrap
 
 from harness import fresh_process, gemm_gflops, python_code
 
-CASES = ("plain", "remat", "lora", "lora+remat")
+CASES = ("plain", "remat", "lora", "lora+remat", "int8+lora")
 
 CASE = textwrap.dedent(
     """
@@ -45,6 +48,8 @@ CASE = textwrap.dedent(
     optimizer, rank = sys.argv[5], int(sys.argv[6])
     parts = case.split("+")
     model = keras_vit.ViTB16(classes=10, classifier_activation=None, remat="remat" in parts)
+    if "int8" in parts:  # QLoRA: the frozen encoder in Keras' int8, the head float
+        model.quantize("int8", filters=keras_vit.models.lora.frozen_layer)
     if "lora" in parts:
         model.enable_lora(rank)
     model.compile(

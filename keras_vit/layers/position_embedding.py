@@ -10,6 +10,9 @@ from keras_vit.layers.patch_embedding import _pair
 
 POSITION_EMBEDDING_KINDS = ("learned", "sincos2d")
 RESAMPLE_METHODS = ("bicubic", "bicubic_antialias", "bilinear")
+# timm's and Hugging Face's (PyTorch's `interpolate(mode="bicubic")`): every
+# default of a resampling method in the package is this one.
+DEFAULT_RESAMPLE_METHOD = "bicubic"
 
 
 def sincos_2d_position_embeddings(grid_size, hidden_dim, num_prefix_tokens=1):
@@ -125,7 +128,7 @@ def resample_position_embeddings(
     target_grid,
     source_grid=None,
     num_prefix_tokens=1,
-    method="bicubic",
+    method=DEFAULT_RESAMPLE_METHOD,
     align_corners=False,
 ):
     """Resamples a position-embedding grid to another grid size.
@@ -266,7 +269,7 @@ class PositionEmbedding(keras.layers.Layer):
         num_prefix_tokens=1,
         kind="learned",
         initializer=None,
-        resample_method="bicubic",
+        resample_method=DEFAULT_RESAMPLE_METHOD,
         **kwargs,
     ):
         super().__init__(**kwargs)

@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_vit import weights as checkpoints
 from keras_vit.layers.patch_embedding import _pair
+from keras_vit.layers.position_embedding import DEFAULT_RESAMPLE_METHOD
 from keras_vit.models.image_input import (
     channels_last,
     in_data_format,
@@ -27,6 +28,7 @@ from keras_vit.models.image_input import (
     same_normalization,
     validate_input_shape,
 )
+from keras_vit.models.parts import encoder_pooling
 from keras_vit.models.variants import WIDTHS, variant_name
 from keras_vit.weights.converters import huggingface, to_canonical
 from keras_vit.weights.readers import CHECKPOINT_SUFFIXES, read_json_beside, read_tensors
@@ -148,7 +150,7 @@ def _shapes(path, tensors):
             if "register_tokens/tokens" in shapes
             else 0
         ),
-        "pooling": "map" if "map_head/probe" in shapes else "token" if class_token else "gap",
+        "pooling": "map" if "map_head/probe" in shapes else encoder_pooling(class_token),
         "include_top": "head/kernel" in shapes,
         "representation_size": (
             int(shapes["pre_logits/kernel"].shape[1]) if "pre_logits/kernel" in shapes else None
@@ -390,7 +392,7 @@ def _registered_arguments(checkpoint):
         "representation_size": checkpoint.representation_size,
     }
     recorded = set(arguments)
-    arguments.update(base_image_size=checkpoint.image_size, resample_method="bicubic")
+    arguments.update(base_image_size=checkpoint.image_size, resample_method=DEFAULT_RESAMPLE_METHOD)
     return arguments, recorded
 
 

@@ -12,7 +12,6 @@ into a model with the same LoRA.
 """
 
 import json
-import math
 
 import keras
 import numpy as np
@@ -97,16 +96,37 @@ def check_targets(target, argument="target"):
     return target
 
 
-def largest_rank(kernel_shape, sliced):
-    """The largest useful rank of a kernel's update: its matrix's smaller side.
+def largest_ranks(hidden_dim, mlp_dim):
+    """`{target: the largest useful rank of its update}`: each projection's smaller side.
 
-    A slot of the fused q/k/v kernel `(D, 3, heads, head_dim)` is a `(D,
-    heads * head_dim)` matrix; a whole kernel is its inputs' axes against
-    its last (`(heads, head_dim, D)`: `(heads * head_dim, D)`).
+    A slot of the fused q/k/v kernel is a `(D, heads * head_dim)` = `(D, D)`
+    matrix, the attention's output `(D, D)`, the MLP's `(D, mlp_dim)` and
+    `(mlp_dim, D)`.
     """
-    if sliced:
-        return min(kernel_shape[0], math.prod(kernel_shape[2:]))
-    return min(math.prod(kernel_shape[:-1]), kernel_shape[-1])
+    mlp = min(hidden_dim, mlp_dim)
+    return {
+        "query": hidden_dim,
+        "key": hidden_dim,
+        "value": hidden_dim,
+        "out": hidden_dim,
+        "mlp_dense_1": mlp,
+        "mlp_dense_2": mlp,
+    }
+
+
+def check_rank_fits(rank, target, hidden_dim, mlp_dim, argument="rank"):
+    """A `ValueError` naming `argument` if `rank` exceeds a `target` projection's smaller side.
+
+    The one rule of the bound, which `enable_lora` asks of a model and the
+    training job of an architecture before building it.
+    """
+    bounds = largest_ranks(hidden_dim, mlp_dim)
+    for name in target:
+        if rank > bounds[name]:
+            raise ValueError(
+                f"{_options.name(argument)} must be at most the {name} projection's smaller "
+                f"side, {bounds[name]}. Received: {_options.given(argument, rank)}"
+            )
 
 
 def _check(model, rank, target, alpha):
@@ -130,14 +150,8 @@ def _check(model, rank, target, alpha):
             f"Model {model.name!r} is quantized in {other[0][1]!r} ({other[0][0]}, ...): LoRA "
             "trains on a float model or one quantized by Keras in 'int8' (QLoRA)."
         )
-    for name in target:
-        shape = tuple(_target_layer(blocks[0], name).kernel.shape)
-        smallest = largest_rank(shape, sliced=TARGETS[name][1] is not None)
-        if rank > smallest:
-            raise ValueError(
-                f"`rank` must be at most the {name} projection's smaller side, {smallest}. "
-                f"Received: rank={rank}"
-            )
+    hidden_dim, mlp_dim = blocks[0].mlp_dense_1.kernel.shape
+    check_rank_fits(rank, target, hidden_dim, mlp_dim)
     return target, blocks
 
 

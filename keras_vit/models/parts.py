@@ -247,7 +247,7 @@ class Positions:
 
     kind: str = dataclasses.field(default="learned", metadata={"argument": "position_embedding"})
     base_image_size: object = None
-    resample_method: str = "bicubic"
+    resample_method: str = vit_layers.position_embedding.DEFAULT_RESAMPLE_METHOD
 
     def __post_init__(self):
         kinds = vit_layers.position_embedding.POSITION_EMBEDDING_KINDS
@@ -510,6 +510,15 @@ class Head:
                 dtype=_head_dtype_policy("predictions", dtype),
             )(x)
         return x
+
+
+def encoder_pooling(class_token):
+    """The pooling of a classifier on an encoder's tokens: its class token, else their mean.
+
+    What a head added to an encoder-only file (pre-training's, a backbone's)
+    reads, and what a checkpoint without a recorded pooling is read with.
+    """
+    return "token" if class_token else "gap"
 
 
 def _head_dtype_policy(name, dtype):

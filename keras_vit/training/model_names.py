@@ -50,11 +50,17 @@ def check_image_size(image_size, patch_size, stem_strides=()):
     `patch_size` is in pixels of that map: the messages say so.
     """
     from keras_vit.layers.conv_stem import stem_output_side
+    from keras_vit.layers.patch_embedding import patch_grid
 
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
         raise ValueError(f"{_options.given('image_size', image_size)} is not a positive int.")
     side = stem_output_side(image_size, stem_strides)
-    if side % patch_size:
+    try:
+        patch_grid((side, side), patch_size)  # (the layer's rule, in the command's words below)
+        whole = True
+    except ValueError:
+        whole = False
+    if not whole:
         if side == image_size:
             raise ValueError(
                 f"{_options.given('image_size', image_size)} is not a positive multiple of "

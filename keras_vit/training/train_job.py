@@ -14,6 +14,7 @@ import typing
 
 from keras_vit import _options
 from keras_vit.models import layouts, lora
+from keras_vit.models.parts import default_arguments, encoder_pooling
 from keras_vit.models.variants import SMALL_MODEL, SMALL_MODELS  # noqa: F401 (re-exported)
 from keras_vit.training.model_names import (
     check_image_size,
@@ -238,7 +239,7 @@ def _check_distillation_token(settings, architecture):
 
 
 def _check_lora(settings, architecture):
-    """`lora_target` with a rank; a rank no larger than any adapted projection's smaller side."""
+    """`lora_target` and `lora_base` with a rank; a rank that fits each adapted projection."""
     if settings.lora is None:
         for name, purpose in (
             ("lora_target", "chooses the projections that LoRA adapts"),
@@ -252,14 +253,13 @@ def _check_lora(settings, architecture):
                     f"{_options.name('lora')}"
                 )
         return
-    # Every target's update is a matrix with the model's width on one side.
-    width = architecture["hidden_dim"]
-    if settings.lora > width:
-        raise ValueError(
-            f"{_options.name('lora')} must be at most the model's width, {width} (an "
-            f"adapter's rank is at most its projection's smaller side). Received: "
-            f"{_options.given('lora', settings.lora)}"
-        )
+    lora.check_rank_fits(
+        settings.lora,
+        lora_targets(settings.lora_target),
+        architecture["hidden_dim"],
+        architecture["mlp_dim"],
+        "lora",
+    )
 
 
 def _check_qat(settings, architecture):
@@ -282,7 +282,8 @@ def _check_qat(settings, architecture):
     layout = {
         **architecture,
         "include_top": True,
-        "pooling": architecture.get("pooling") or "token",
+        "pooling": architecture.get("pooling")
+        or encoder_pooling(architecture.get("class_token", default_arguments()["class_token"])),
     }
     unsupported = layouts.qat_unsupported(layout)
     if unsupported:
@@ -385,7 +386,7 @@ def _model(job, data):
     with job.plan.scope():
         if settings.weights is not None:
             if job.architecture["pooling"] is None:  # an encoder's tokens (pre-training)
-                options["pooling"] = "token" if job.architecture["class_token"] else "gap"
+                options["pooling"] = encoder_pooling(job.architecture["class_token"])
             network = keras_vit.from_checkpoint(settings.weights, include_top=True, **options)
             name = f"fine-tuned {os.path.basename(str(settings.weights))}"
         else:

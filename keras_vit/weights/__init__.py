@@ -10,6 +10,7 @@ and assigns arrays; what a checkpoint says of its model's arguments is
 import os
 import re
 
+from keras_vit.layers.position_embedding import DEFAULT_RESAMPLE_METHOD
 from keras_vit.weights import hub, registry
 from keras_vit.weights.converters import huggingface, to_canonical
 from keras_vit.weights.readers import (
@@ -128,7 +129,7 @@ def class_names(weights, variant=None, classes=None):
     return [name for _, name in label_set(chosen)] if chosen else None
 
 
-def assign_canonical(model, tensors, source="checkpoint", resample_method="bicubic"):
+def assign_canonical(model, tensors, source="checkpoint", resample_method=DEFAULT_RESAMPLE_METHOD):
     """Assigns `{weight path: array}` to `model`, after checking all of it.
 
     Every weight of the model must be in `tensors` with the model's shape,

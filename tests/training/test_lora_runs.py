@@ -189,7 +189,7 @@ def test_lora_settings_are_refused_before_any_work(trained_run, tmp_path, capsys
     for extra, message in (
         (["--lora", "2", "--lora-target", "query,attention"], r"--lora-target must name"),
         (["--lora-target", "value"], r"--lora-target chooses the projections .* needs a rank"),
-        (["--lora", "100000"], r"--lora must be at most the model's width"),
+        (["--lora", "100000"], r"--lora must be at most the query projection's smaller side"),
         (["--lora-base", "int8"], r"--lora-base chooses how LoRA's frozen encoder .* rank"),
     ):
         with pytest.raises(SystemExit, match=message):

@@ -10,6 +10,7 @@ epsilon and pixel normalisation come from `config.json` and
 
 import re
 
+from keras_vit.layers.position_embedding import DEFAULT_RESAMPLE_METHOD
 from keras_vit.weights.converters.common import (
     dense,
     heads,
@@ -115,4 +116,4 @@ def resample_method(path):
     `"bicubic"` (PyTorch's bicubic, as timm and Hugging Face ViT/DeiT/DINOv2).
     """
     model_type = read_json_beside(path, "config.json").get("model_type")
-    return "bicubic_antialias" if model_type in ANTIALIASED_MODEL_TYPES else "bicubic"
+    return "bicubic_antialias" if model_type in ANTIALIASED_MODEL_TYPES else DEFAULT_RESAMPLE_METHOD
