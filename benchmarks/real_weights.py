@@ -483,7 +483,7 @@ def dense_outputs_by_block(content, blocks):
     TensorFlow names each op after the layers it was traced in
     (`model_1/encoderblock_3_1/mlp_dense_1_1/MatMul;...`).
     """
-    from keras_vit.export import litert
+    from keras_vit.export import litert_runtime as litert
 
     outputs = [
         op["outputs"][0]["name"]

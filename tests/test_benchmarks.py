@@ -251,7 +251,7 @@ def test_int8_weights_are_each_output_channels_256_levels_and_nothing_else_moves
 
 def int8_dense_layers(path):
     """How many FULLY_CONNECTED ops of a `.tflite` file take int8 inputs."""
-    from keras_vit.export import litert
+    from keras_vit.export import litert_runtime as litert
 
     return sum(
         op["op_name"] == "FULLY_CONNECTED" and op["inputs"][0]["dtype"].__name__ == "int8"

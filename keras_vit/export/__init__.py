@@ -7,12 +7,8 @@ keras_vit.export.onnx(model, "vit.onnx")                                 # ONNX 
 ```
 """
 
-from keras_vit.export.litert import (
-    TFLiteModel,
-    check_tflite,
-    delegate_partitions,
-    op_counts,
-    tflite,
-)
-from keras_vit.export.onnx_file import check_onnx, onnx
-from keras_vit.export.saved_model import check_saved_model, saved_model, serving_module
+from keras_vit.export.litert import tflite
+from keras_vit.export.litert_runtime import TFLiteModel, delegate_partitions, op_counts
+from keras_vit.export.onnx_file import onnx
+from keras_vit.export.saved_model import saved_model, serving_module
+from keras_vit.export.verification import check_onnx, check_saved_model, check_tflite

@@ -10,8 +10,6 @@ the ViT's gather).
 import json
 import logging
 import os
-import subprocess
-import sys
 import tempfile
 import warnings
 
@@ -155,49 +153,3 @@ def replace_erfc(graph_proto):
         del graph_proto.node[:]
         graph_proto.node.extend(rewritten)
     return replaced
-
-
-def check_onnx(path, model, images, num_threads=None, latency_runs=50, verbose=0):
-    """Runs an `.onnx` file in ONNX Runtime in a fresh process and compares it with Keras.
-
-    The process (`onnx_only.py`) imports neither Keras nor keras_vit, as a
-    deployment would not.
-
-    Returns:
-        dict: `max_abs_error` and `top1_agreement` against `model` on
-        `images`, `top1_classes` (the export's top-1 class of each
-        image), `bytes`, `latency_ms` (median, one image, `num_threads`
-        threads), `input` (name and shape as ONNX Runtime sees them) and
-        `keras_imported` (False).
-    """
-    model = graph.exported_model(model)
-    images = np.asarray(images, "float32")
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_only.py")
-    with tempfile.TemporaryDirectory(prefix="keras_vit_onnx_check_") as directory:
-        images_path = os.path.join(directory, "images.npy")
-        outputs_path = os.path.join(directory, "outputs.npy")
-        np.save(images_path, images)
-        done = subprocess.run(
-            [
-                sys.executable,
-                script,
-                os.fspath(path),
-                images_path,
-                outputs_path,
-                str(checks.cpu_threads(num_threads)),
-                str(latency_runs),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode:
-            raise RuntimeError(
-                f"ONNX Runtime failed on {os.fspath(path)!r}: {done.stderr.strip()[-2000:]}"
-            )
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-        served = np.load(outputs_path)
-    return {
-        **checks.agreement(served, model, images, verbose),
-        "bytes": os.path.getsize(path),
-        **report,
-    }

@@ -10,7 +10,7 @@ import pytest
 import keras_vit
 from keras_vit import _compat
 from keras_vit.export import TFLiteModel
-from keras_vit.export.litert import graph_ops
+from keras_vit.export.litert_runtime import graph_ops
 from keras_vit.layers import fake_quantization
 from keras_vit.models import float_copy, qat_mode, quantization_aware_copy
 from tests.conftest import BACKEND
