@@ -335,6 +335,18 @@ def randomize_weights(model, seed=0, scale=0.2):
     return model
 
 
+def evaluated_accuracy(model_path):
+    """What `keras-vit evaluate --model PATH` reports on the run's own test data."""
+    import re
+
+    from keras_vit.cli import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["evaluate", "--model", str(model_path)]) == 0
+    return float(re.search(r": accuracy ([0-9.]+),", printed.getvalue())[1])
+
+
 def run_python(code, backend=BACKEND, timeout=300):
     """Runs `code` in a fresh interpreter under `backend`; returns stdout."""
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")

@@ -212,8 +212,13 @@ def test_mixed_precision_agreement_compares_float32_with_bfloat16(tmp_path):
     # bfloat16 really ran (outputs moved) and stayed close to float32.
     assert 0 < result["max_abs_output_difference"] < 0.2
     assert result["top1_agreement"] >= 0.9
-    for key in ("accuracy_float32", "accuracy_mixed_bfloat16"):
-        assert 0 <= result[key] <= 1
+    # The float32 accuracy is the model's on those images; bfloat16's differs
+    # from it by at most the images the two disagree on.
+    images, labels = benchmark.test_images(200, 100)
+    predicted = model.predict(images, batch_size=100, verbose=0).argmax(-1)
+    assert result["accuracy_float32"] == pytest.approx(np.mean(predicted == labels))
+    gap = abs(result["accuracy_mixed_bfloat16"] - result["accuracy_float32"])
+    assert gap <= 1 - result["top1_agreement"] + 1e-9
     assert keras.config.dtype_policy().name == "float32"  # restored
 
 
@@ -347,7 +352,8 @@ def test_main_job_against_the_cnn_quick_run_reports_both_and_the_ratios(tmp_path
     assert round_["cnn"]["parameters"] == 242_218  # the CNN exactly as specified
     for model in ("cnn", "vit"):
         run = round_[model]
-        assert 0.0 <= run["test_accuracy"] <= 1.0 and run["wall_seconds"] > 0
+        # One epoch on 1,024 images learns (chance is 0.1).
+        assert run["test_accuracy"] > 0.3 and run["wall_seconds"] > 0
         assert len(run["epoch_seconds"]) == 1, run
         assert run["seed"] == 3  # as each run itself reports it
     row = results["summary"][BACKEND]
@@ -380,7 +386,7 @@ def test_distillation_quick_run_trains_the_teacher_and_reports_each_student(tmp_
     assert round_["teacher"]["parameters"] == 242_218  # the main job's CNN
     for name in ("alone", "hard+token"):
         run = round_[name]
-        assert 0.0 <= run["test_accuracy"] <= 1.0 and run["fit_seconds"] > 0
+        assert run["test_accuracy"] > 0.3 and run["fit_seconds"] > 0  # (chance is 0.1)
         points = 100 * (run["test_accuracy"] - round_["teacher"]["test_accuracy"])
         assert results["summary"][name]["points_over_teacher"] == pytest.approx(points, abs=0.01)
     # The distillation token, its position and its head (width 64, 10 classes).
