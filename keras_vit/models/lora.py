@@ -264,8 +264,31 @@ def _trained(model):
     return {variable.path: variable for variable in model.trainable_weights}
 
 
+def base_fingerprint(model):
+    """A digest of the frozen kernels that `model`'s adapters update: the base they fit.
+
+    An adapter file records it, and `load_lora_weights` refuses a file
+    trained on another base (the same architecture with other weights).
+    """
+    import hashlib
+
+    digest = hashlib.sha256()
+    for layer in _compat.all_layers(model):
+        if getattr(layer, "lora_enabled", False):
+            digest.update(layer.path.encode())
+            digest.update(
+                np.ascontiguousarray(
+                    keras.ops.convert_to_numpy(_compat.lora_frozen_kernel(layer))
+                ).tobytes()
+            )
+    return digest.hexdigest()[:16]
+
+
 def save_lora_weights(model, path):
-    """Writes the adapters, the adapted layers' biases and the head: a small `.lora.h5` file."""
+    """Writes the adapters, the adapted layers' biases and the head: a small `.lora.h5` file.
+
+    The file records the fingerprint of the frozen base (`base_fingerprint`).
+    """
     import h5py
 
     settings = lora_settings(model)
@@ -277,12 +300,17 @@ def save_lora_weights(model, path):
     with h5py.File(path, "w") as f:
         f.attrs["format"] = LORA_FILE_FORMAT
         f.attrs["settings"] = json.dumps(settings)
+        f.attrs["base"] = base_fingerprint(model)
         for weight_path, variable in _trained(model).items():
             f[weight_path] = keras.ops.convert_to_numpy(variable)
 
 
 def load_lora_weights(model, path):
-    """Reads a `save_lora_weights` file into a model with the same LoRA (rank, target, shapes)."""
+    """Reads a `save_lora_weights` file into a model with the same LoRA and the same base.
+
+    Refused before any weight moves: another LoRA (rank, target, shapes), or
+    adapters trained on other frozen weights (`base_fingerprint`).
+    """
     import h5py
 
     settings = lora_settings(model)
@@ -295,6 +323,7 @@ def load_lora_weights(model, path):
         saved = json.loads(f.attrs["settings"])
         if saved != settings:
             raise ValueError(f"{path} holds LoRA {saved}; the model has LoRA {settings}.")
+        base = f.attrs.get("base")  # (files of earlier versions have none)
         values = {}
 
         def collect(name, item):
@@ -309,6 +338,12 @@ def load_lora_weights(model, path):
         raise ValueError(
             f"{path} holds the LoRA weights of another architecture: {different[0]} differs "
             "(missing, extra, or another shape)."
+        )
+    if base is not None and base != base_fingerprint(model):
+        raise ValueError(
+            f"{path} holds adapters trained on another base model (frozen weights "
+            f"{base}; this model's {base_fingerprint(model)}): load them into the model "
+            "they were trained on (the same checkpoint, quantized the same way)."
         )
     for weight_path, variable in trained.items():
         variable.assign(values[weight_path])

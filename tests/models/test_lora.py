@@ -129,6 +129,13 @@ def test_lora_files_for_another_model_are_refused_before_any_weight_moves(tmp_pa
         wider.load_lora_weights(path)
     for value, variable in zip(before, wider.weights):
         np.testing.assert_array_equal(numpy(variable), value)
+    another_base = model_with_weights(seed=1)
+    another_base.enable_lora(4)
+    before = [numpy(v) for v in another_base.weights]
+    with pytest.raises(ValueError, match="adapters trained on another base model"):
+        another_base.load_lora_weights(path)
+    for value, variable in zip(before, another_base.weights):
+        np.testing.assert_array_equal(numpy(variable), value)
     with pytest.raises(ValueError, match="path='a.lora.npz'"):
         model.save_lora_weights("a.lora.npz")
     with pytest.raises(ValueError, match="has no LoRA"):
