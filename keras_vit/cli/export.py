@@ -5,7 +5,7 @@ ONNX file, checked against Keras.
 import os
 import sys
 
-from keras_vit.cli.options import non_negative_int, positive_int, progress
+from keras_vit.cli.options import live_bar, non_negative_int, positive_int
 from keras_vit.cli.preflight import check_writable, fail
 from keras_vit.cli.run_model import load_run_model, run_data
 from keras_vit.models.anatomy import inference_image_shape as image_shape
@@ -199,7 +199,7 @@ def _check(args, model, path, dataset, data_options):
 
         encoded = [tf.io.encode_png(tf.cast(tf.round(i), tf.uint8)).numpy() for i in images[:8]]
         print(f"checking the export in a TensorFlow-only process on {len(images)} images")
-        report = export.check_saved_model(path, model, images, encoded, verbose=progress())
+        report = export.check_saved_model(path, model, images, encoded, verbose=live_bar())
         print(report["signatures"])
         agreements = []
         for signature in SIGNATURES:
@@ -223,7 +223,7 @@ def _check(args, model, path, dataset, data_options):
         where = "ONNX Runtime (a process without Keras)" if args.format == "onnx" else "LiteRT"
         print(f"checking the export in {where} on {len(images)} images")
         check = export.check_onnx if args.format == "onnx" else export.check_tflite
-        report = check(path, model, images, verbose=progress())
+        report = check(path, model, images, verbose=live_bar())
         print(
             f"{runtime}: {report['bytes'] / 1e6:.2f} MB, max abs error "
             f"{report['max_abs_error']:.2e}, top-1 agreement {report['top1_agreement']:.2%} "

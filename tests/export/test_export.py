@@ -489,6 +489,8 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     printed = capsys.readouterr().out
     assert f"exported saved_model to {run / 'serving' / 'fashion_vit' / '1'}" in printed
     assert "serving_bytes: max abs error" in printed and "top-1 agreement 100.00%" in printed
+    # Piped: the command's own lines, no Keras progress line ("2/2 - 2s - 884ms/step").
+    assert not re.search(r"^\d+/\d+ - ", printed, re.MULTILINE), printed
 
     assert (
         main(
@@ -499,6 +501,7 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
     printed, warned = capsys.readouterr()
     assert f"exported tflite to {run / 'model_dynamic.tflite'}" in printed
     assert re.search(r"LiteRT: [0-9.]+ MB, max abs error .* ms/image", printed)
+    assert not re.search(r"^\d+/\d+ - ", printed, re.MULTILINE), printed
     assert "warning" not in warned  # it keeps the model's answers
 
     image = tmp_path / "boot.png"
