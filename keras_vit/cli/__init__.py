@@ -11,6 +11,7 @@ they share. Each sub-command imports its work when it runs.
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -67,11 +68,12 @@ def build_parser():
 
 
 @contextlib.contextmanager
-def _own_lines_only(verbose):
+def _own_lines_only(command, verbose):
     """The command prints its own lines only; other libraries' with `--verbose`.
 
     Python warnings of other packages (Keras', torch's) are ignored, the
-    package's own shown; what native code writes to standard error (libjpeg's
+    package's own shown as the command's lines (`keras-vit export: warning:
+    ...`, not Python's file, line and source); what native code writes to standard error (libjpeg's
     "Corrupt JPEG data" beside our line naming the file it skips) is kept
     out (`_native_output.native_stderr_kept_out`).
     """
@@ -83,7 +85,12 @@ def _own_lines_only(verbose):
     with warnings.catch_warnings(), native_stderr_kept_out():
         warnings.simplefilter("ignore")
         warnings.filterwarnings("default", module=r"keras_vit(\.|$)")
+        warnings.showwarning = functools.partial(_show_warning, command)
         yield
+
+
+def _show_warning(command, message, category, filename, lineno, file=None, line=None):
+    print(f"keras-vit {command}: warning: {message}", file=sys.stderr)
 
 
 def _quiet_python_logs():
@@ -124,7 +131,7 @@ def main(argv=None):
             fail(args.command, error)
     try:
         # The library's messages name the options the command took its arguments from.
-        with options_named(args.options), _own_lines_only(args.verbose):
+        with options_named(args.options), _own_lines_only(args.command, args.verbose):
             return args.run(args)
     except KeyboardInterrupt:
         print(_interrupted(args), file=sys.stderr)
