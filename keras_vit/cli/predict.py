@@ -4,6 +4,7 @@ model, a checkpoint file or a registered checkpoint.
 
 import os
 
+from keras_vit._options import options_named
 from keras_vit.cli.images import missing_files, read_images
 from keras_vit.cli.options import add_image_limit, positive_int
 from keras_vit.cli.preflight import fail
@@ -57,7 +58,8 @@ def pretrained_model(spec):
             f"--model {spec!r} is neither a model file nor a registered checkpoint as "
             f"VARIANT:NAME (variants: {', '.join(keras_vit.models.BUILDERS)})"
         )
-    model = keras_vit.models.BUILDERS[variant](weights=name)
+    with options_named({"weights": "--model"}):  # (a download's advice names the option)
+        model = keras_vit.models.BUILDERS[variant](weights=name)
     return model, class_names(name, variant)
 
 

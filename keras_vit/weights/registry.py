@@ -12,6 +12,8 @@ import dataclasses
 import hashlib
 import os
 
+from keras_vit import _options
+
 GOOGLE = "https://storage.googleapis.com/vit_models"
 CACHE_SUBDIR = "keras_vit"
 
@@ -149,7 +151,7 @@ def fetch(checkpoint):
             f"{checkpoint.url} ({type(error).__name__}: {error}). Download it "
             f"on a machine with internet access and put it at "
             f"{os.path.join(cache_dir, checkpoint.file_name)}, or pass its "
-            "local path as `weights=`."
+            f"local path as {_options.name('weights')}."
         ) from error
     if expected is None:
         temporary = pin_path + ".tmp"

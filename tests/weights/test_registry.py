@@ -68,9 +68,18 @@ def test_hash_mismatch_and_offline_fail_with_where_to_put_the_file(published_fil
         keras_vit.ViTTi16(weights="test-ckpt")
     register(url="http://127.0.0.1:9/Ti_16-other.npz")  # nothing listens: offline
     with pytest.raises(
-        RuntimeError, match="Could not download .*127.0.0.1.*or pass its local path"
+        RuntimeError, match="Could not download .*127.0.0.1.*or pass its local path as `weights`"
     ):
         keras_vit.ViTTi16(weights="test-ckpt")
+    # From the command line, the advice names the option the name came through.
+    from PIL import Image
+
+    from keras_vit.cli import main
+
+    image = str(tmp_path / "image.png")
+    Image.new("RGB", (8, 8)).save(image)
+    with pytest.raises(SystemExit, match="Could not download .*local path as --model\\.$"):
+        main(["predict", image, "--model", "Ti/16:test-ckpt"])
 
 
 def test_unknown_names_list_what_is_registered():
