@@ -674,21 +674,3 @@ def test_a_keras_quantized_model_is_refused_by_the_tflite_export_in_one_line(tmp
     assert "LiteRT cannot convert Keras' 'int8' layers" in shown, shown
     assert "SavedModel" in shown and len(shown.splitlines()) == 1, shown
     assert not any(path.suffix == ".tflite" for path in tmp_path.iterdir())
-
-
-def test_the_packages_warnings_are_the_commands_lines_and_others_are_kept_out(monkeypatch, capsys):
-    import warnings
-
-    from keras_vit.cli import evaluate as evaluate_command
-
-    def run(args):
-        # As the LiteRT export warns of a QAT model exported in another mode.
-        warnings.warn_explicit(
-            "exported in another mode", UserWarning, "litert.py", 300, module="keras_vit.export"
-        )
-        warnings.warn_explicit("another package's", UserWarning, "layer.py", 1, module="keras.src")
-        return 0
-
-    monkeypatch.setattr(evaluate_command, "run", run)
-    assert main(["evaluate"]) == 0
-    assert capsys.readouterr().err == "keras-vit evaluate: warning: exported in another mode\n"

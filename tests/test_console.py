@@ -317,7 +317,9 @@ def test_importing_the_package_leaves_the_users_logging_settings_alone():
 
 
 @pytest.mark.backend_independent
-def test_a_command_shows_the_packages_warnings_and_not_other_libraries(recwarn):
+def test_a_command_shows_the_packages_warnings_as_its_lines_and_not_other_libraries(
+    recwarn, capsys
+):
     import warnings
 
     from keras_vit.cli import _own_lines_only
@@ -329,11 +331,12 @@ def test_a_command_shows_the_packages_warnings_and_not_other_libraries(recwarn):
         warnings.warn_explicit("ours", UserWarning, "keras_vit/export/litert.py", 1,
                                module="keras_vit.export.litert")  # fmt: skip
 
-    with _own_lines_only(verbose=False):
+    with _own_lines_only("export", verbose=False):
         keras_warns()
         package_warns()
-    assert [str(w.message) for w in recwarn] == ["ours"]
-    recwarn.clear()
-    with _own_lines_only(verbose=True):
+    # The command's line, not Python's file, line and source line.
+    assert capsys.readouterr().err == "keras-vit export: warning: ours\n"
+    assert list(recwarn) == []
+    with _own_lines_only("export", verbose=True):
         keras_warns()
     assert [str(w.message) for w in recwarn] == ["foreign"]
