@@ -73,9 +73,9 @@ def _own_lines_only(command, verbose):
 
     Python warnings of other packages (Keras', torch's) are ignored, the
     package's own shown as the command's lines (`keras-vit export: warning:
-    ...`, not Python's file, line and source); what native code writes to standard error (libjpeg's
-    "Corrupt JPEG data" beside our line naming the file it skips) is kept
-    out (`_native_output.native_stderr_kept_out`).
+    ...`, not Python's file, line and source); what native code writes to
+    standard error (libjpeg's "Corrupt JPEG data" beside our line naming the
+    file it skips) is kept out (`_native_output.native_stderr_kept_out`).
     """
     if verbose:
         yield

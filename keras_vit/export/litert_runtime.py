@@ -1,7 +1,7 @@
 """A LiteRT (`.tflite`) file read and run: its graph's ops, its delegation, the interpreter.
 
-What `keras-vit predict` and `evaluate` run an exported file with, and what
-the checks (`export.verification`) and the writer's metadata read of it.
+What `keras-vit predict` runs a `.tflite` file with, and what the checks
+(`export.verification`) and the writer's metadata read of it.
 """
 
 import os

@@ -339,10 +339,11 @@ def load_lora_weights(model, path):
             f"{path} holds the LoRA weights of another architecture: {different[0]} differs "
             "(missing, extra, or another shape)."
         )
-    if base is not None and base != base_fingerprint(model):
+    own = base_fingerprint(model)
+    if base is not None and base != own:
         raise ValueError(
             f"{path} holds adapters trained on another base model (frozen weights "
-            f"{base}; this model's {base_fingerprint(model)}): load them into the model "
+            f"{base}; this model's {own}): load them into the model "
             "they were trained on (the same checkpoint, quantized the same way)."
         )
     for weight_path, variable in trained.items():

@@ -113,6 +113,16 @@ def test_a_lora_model_saves_merged_and_its_adapters_alone(tmp_path):
     np.testing.assert_array_equal(numpy(again(images)), expected)
 
 
+def refused_untouched(model, path, message):
+    """`load_lora_weights(path)` into `model` with LoRA 4 is refused and moves no weight."""
+    model.enable_lora(4)
+    before = [numpy(v) for v in model.weights]
+    with pytest.raises(ValueError, match=message):
+        model.load_lora_weights(path)
+    for value, variable in zip(before, model.weights):
+        np.testing.assert_array_equal(numpy(variable), value)
+
+
 def test_lora_files_for_another_model_are_refused_before_any_weight_moves(tmp_path):
     model = model_with_weights()
     model.enable_lora(4)
@@ -123,19 +133,8 @@ def test_lora_files_for_another_model_are_refused_before_any_weight_moves(tmp_pa
     with pytest.raises(ValueError, match="holds LoRA .*'rank': 4.*the model has LoRA .*'rank': 2"):
         other_rank.load_lora_weights(path)
     wider = keras_vit.ViT(**{**LOGITS, "hidden_dim": 64, "mlp_dim": 128})
-    wider.enable_lora(4)
-    before = [numpy(v) for v in wider.weights]
-    with pytest.raises(ValueError, match="LoRA weights of another architecture"):
-        wider.load_lora_weights(path)
-    for value, variable in zip(before, wider.weights):
-        np.testing.assert_array_equal(numpy(variable), value)
-    another_base = model_with_weights(seed=1)
-    another_base.enable_lora(4)
-    before = [numpy(v) for v in another_base.weights]
-    with pytest.raises(ValueError, match="adapters trained on another base model"):
-        another_base.load_lora_weights(path)
-    for value, variable in zip(before, another_base.weights):
-        np.testing.assert_array_equal(numpy(variable), value)
+    refused_untouched(wider, path, "LoRA weights of another architecture")
+    refused_untouched(model_with_weights(seed=1), path, "adapters trained on another base model")
     with pytest.raises(ValueError, match="path='a.lora.npz'"):
         model.save_lora_weights("a.lora.npz")
     with pytest.raises(ValueError, match="has no LoRA"):
