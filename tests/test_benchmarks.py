@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -444,6 +445,22 @@ def test_export_latency_quick_run_measures_keras_onnx_and_litert():
     assert all(row["latency_ms"] > 0 for row in rows.values())
     for mode in ("onnx", "none"):
         assert rows[mode]["max_abs_error"] < 1e-4, rows[mode]
+
+
+def test_file_latency_quick_run_times_each_file_in_alternating_rounds():
+    if BACKEND != "tensorflow":
+        pytest.skip("one backend is enough: the files run in their own runtimes")
+    done = run_benchmark("file_latency", "--quick")
+    assert done.returncode == 0, done.stderr[-3000:]
+    gemm, *rows = map(json.loads, done.stdout.strip().splitlines())
+    assert set(gemm) == {"gemm_fp32_gflops"}
+    assert [os.path.basename(row["path"]) for row in rows] == [
+        "tiny_float.tflite",
+        "tiny_int8.tflite",
+    ]
+    for row in rows:
+        assert row["kind"] == "a TFLite model" and len(row["round_ms"]) == 2
+        assert row["latency_ms"] == pytest.approx(statistics.median(row["round_ms"]), abs=1e-3)
 
 
 @pytest.mark.backend_independent

@@ -1,5 +1,5 @@
-"""`keras-vit predict`: the top-k classes of image files, with a .keras or a .tflite
-model, a checkpoint file or a registered checkpoint.
+"""`keras-vit predict`: the top-k classes of image files, with a .keras model, an
+exported file, a checkpoint file or a registered checkpoint.
 """
 
 import os
@@ -8,7 +8,7 @@ from keras_vit._options import options_named
 from keras_vit.cli.images import missing_files, read_images
 from keras_vit.cli.options import add_image_limit, positive_int
 from keras_vit.cli.preflight import fail
-from keras_vit.cli.run_model import load_run_model
+from keras_vit.cli.run_model import load_model_or_export, load_run_model
 from keras_vit.models.anatomy import inference_image_shape as image_shape
 
 NEEDS = ("train", ("tensorflow",))
@@ -24,7 +24,8 @@ def add_parser(command):
     predict.add_argument(
         "--model",
         default="keras_vit_run/model.keras",
-        help="a .keras file, a .tflite file from `keras-vit export`, a checkpoint file "
+        help="a .keras file, a file of `keras-vit export` (.tflite, .onnx, a SavedModel "
+        "folder), a checkpoint file "
         "(.npz, .safetensors, .bin, .pth) or a registered checkpoint as VARIANT:NAME "
         "(e.g. B/16:augreg-imagenet21k+imagenet2012) or on the Hugging Face Hub "
         "(hf-hub:google/vit-base-patch16-224), downloaded once: the last three name "
@@ -64,20 +65,18 @@ def pretrained_model(spec):
 
 
 def run(args):
-    """Top-k classes of image files, with a .keras or a .tflite model."""
+    """Top-k classes of image files, with a .keras model, an export or a checkpoint."""
     import numpy as np
 
     from keras_vit.export.checks import as_probabilities
+    from keras_vit.export.exported import exported_kind
 
     try:
         missing_files(args.images)
-        if args.model.endswith(".tflite"):
-            from keras_vit.export import TFLiteModel
-
-            runner = TFLiteModel(args.model)
-            _, height, width, channels = runner.input_shape
-            class_names = runner.metadata.get("class_names")
-            outputs_logits = runner.metadata.get("output", "logits") == "logits"
+        if exported_kind(args.model):
+            runner, class_names = load_model_or_export(args.model)
+            height, width, channels = runner.image_shape
+            outputs_logits = not runner.outputs_probabilities
         else:
             from keras_vit.export.checks import outputs_probabilities
 

@@ -3,39 +3,23 @@
 import os
 
 
-def exported_kind(path):
-    """What kind of export `path` is ("a TFLite model", ...), or `None` for anything else."""
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, "saved_model.pb")):
-            return "an exported SavedModel folder"
-        return None
-    if path.endswith(".onnx"):
-        return "an ONNX model"
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return None
-    return "a TFLite model" if head[4:8] == b"TFL3" else None  # its FlatBuffer's identifier
-
-
 def load_run_model(path, classifier=True):
     """`(model, class_names)` of a `.keras` file, or a `ValueError` naming the real cause.
 
     With `classifier`, the model must map images to one row of class scores
     (a pre-training model does not).
     """
-    import json
     import zipfile
 
     import keras
+
+    from keras_vit.export.exported import exported_kind
 
     export = exported_kind(path)
     if export is not None:
         raise ValueError(
             f"{path} is {export}, not a .keras model file: give the model.keras it was "
-            "exported from (keras-vit predict also runs a .tflite; keras-vit export checks "
-            "an export against its model when it makes it)"
+            "exported from (keras-vit evaluate and predict also take exported files)"
         )
     if not os.path.isfile(path):
         raise ValueError(f"no such model file: {path!r}")
@@ -63,12 +47,32 @@ def load_run_model(path, classifier=True):
         from keras_vit.export.graph import channels_last_input
 
         model = channels_last_input(model)
+    return model, _class_names_beside(path)
+
+
+def load_model_or_export(path):
+    """`(model, class_names)` of a `.keras` file, or of an exported file or folder.
+
+    An export comes as `keras_vit.export.open_export` reads it; its class
+    names are those its metadata records, else those beside it, as for a
+    `.keras` file (`class_names.json`).
+    """
+    from keras_vit.export.exported import exported_kind, open_export
+
+    if exported_kind(path) is None:
+        return load_run_model(path)
+    export = open_export(path)
+    return export, export.class_names or _class_names_beside(path)
+
+
+def _class_names_beside(path):
+    import json
+
     names_path = os.path.join(os.path.dirname(os.path.abspath(path)), "class_names.json")
-    class_names = None
-    if os.path.isfile(names_path):
-        with open(names_path) as f:
-            class_names = json.load(f)
-    return model, class_names
+    if not os.path.isfile(names_path):
+        return None
+    with open(names_path) as f:
+        return json.load(f)
 
 
 def run_data(args):

@@ -44,7 +44,7 @@ def agreement_warning(top1_agreement, count, what):
 
     >>> print(agreement_warning(0.916, 500, "model_int8.tflite"))  # doctest: +NORMALIZE_WHITESPACE
     model_int8.tflite gives the Keras model's top-1 class for 91.60% of 500 images,
-    below 99%: measure its accuracy before shipping it
+    below 99%: measure its accuracy before shipping it (keras-vit evaluate --model FILE)
     >>> agreement_warning(0.998, 500, "model.onnx") is None
     True
     """
@@ -53,7 +53,7 @@ def agreement_warning(top1_agreement, count, what):
     return (
         f"{what} gives the Keras model's top-1 class for {top1_agreement:.2%} of {count} "
         f"images, below {AGREEMENT_WARNING_BELOW:.0%}: measure its accuracy before "
-        "shipping it"
+        "shipping it (keras-vit evaluate --model FILE)"
     )
 
 

@@ -110,6 +110,7 @@ class TFLiteModel:
         self._input = self.interpreter.get_input_details()[0]
         self._output = self.interpreter.get_output_details()[0]
         self.input_shape = tuple(int(d) for d in self._input["shape"])
+        self.output_shape = tuple(int(d) for d in self._output["shape"])
 
     def predict_one(self, image):
         """The output row for one image `(H, W, C)` (or `(1, H, W, C)`)."""

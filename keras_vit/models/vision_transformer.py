@@ -270,6 +270,16 @@ class VisionTransformer(keras.Model):
         """Reads a `save_lora_weights` file into this model's LoRA (`models.lora`)."""
         lora.load_lora_weights(self, path)
 
+    def get_compile_config(self):
+        # A LoRA model saves as its merged model (`_changed_in_place`): its
+        # optimizer's state is the adapters', which the file does not hold,
+        # and would not load into the model the file builds (Keras would warn
+        # of a variable count mismatch). The file's model comes uncompiled, as
+        # `merge_lora` returns it.
+        if lora.lora_settings(self) is not None:
+            return None
+        return super().get_compile_config()
+
     def get_config(self):
         if self._grafted or _changed_in_place(self):
             # Its graph is no longer what the parts build (layers before

@@ -518,6 +518,38 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
         r"ONNX Runtime: [0-9.]+ MB, max abs error .* top-1 agreement 100.00%", printed
     ), printed
 
+    # Every file the command wrote is evaluated and predicts from the command line, in its
+    # own runtime: the float ones give the .keras file's report, the dynamic-range one the
+    # accuracy of its own outputs.
+    _, labels = load_fashion_mnist("test")
+    folder = tmp_path / "labelled"
+    for index, pixels in enumerate(test_images[:60]):
+        os.makedirs(folder / str(labels[index]), exist_ok=True)
+        (folder / str(labels[index]) / f"{index}.png").write_bytes(
+            tf.io.encode_png(pixels.astype("uint8")).numpy()
+        )
+    present = sorted(int(name) for name in os.listdir(folder))
+    assert len(present) == 10  # (a class missing would shift the folder's label indices)
+
+    def evaluated(path):
+        assert main(["evaluate", "--model", str(path), "--dataset", str(folder)]) == 0
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        found = re.search(r"accuracy ([0-9.]+), cross-entropy ([0-9.]+) \(60 images\)", line)
+        assert found, line
+        return float(found[1]), float(found[2])
+
+    keras_accuracy, keras_cross_entropy = evaluated(model)
+    assert 0.5 < keras_accuracy < 1.0 and keras_cross_entropy > 0.1  # a model that errs
+    for served in (run / "serving" / "fashion_vit", run / "model.onnx"):
+        accuracy, cross_entropy = evaluated(served)
+        assert accuracy == keras_accuracy, served
+        assert abs(cross_entropy - keras_cross_entropy) <= 2e-4, served
+        assert main(["predict", str(image), "--model", str(served)]) == 0
+        assert capsys.readouterr().out.splitlines()[1].split()[0] == expected.split()[0], served
+    dynamic = run / "model_dynamic.tflite"
+    scores = keras_vit.export.TFLiteModel(dynamic)(test_images[:60])
+    assert evaluated(dynamic)[0] == pytest.approx(np.mean(scores.argmax(-1) == labels[:60]))
+
     for arguments, message in (
         (["--quantize", "int8"], "--quantize applies to --format tflite only"),
         (["--format", "onnx", "--quantize", "dynamic"], "--quantize applies to --format tflite"),
@@ -577,7 +609,8 @@ def test_an_export_that_loses_the_models_answers_is_kept_and_flagged(tmp_path, c
     path = tmp_path / "run" / "model_int8.tflite"
     assert warned.strip() == (
         f"keras-vit export: warning: {path} gives the Keras model's top-1 class for "
-        f"{agreement:.2f}% of 16 images, below 99%: measure its accuracy before shipping it"
+        f"{agreement:.2f}% of 16 images, below 99%: measure its accuracy before shipping it "
+        "(keras-vit evaluate --model FILE)"
     )
     assert path.is_file()  # kept: the user's to judge
 
