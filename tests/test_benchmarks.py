@@ -82,16 +82,21 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         library = "framework" if row.startswith("GEMM") else "keras_vit"
         assert (row, library) in measured, (row, results)
     assert ("main job (small, Fashion-MNIST)", "keras_vit") in measured
-    for row in results:
-        if "gflops" in row:
-            assert row["gflops"] > 0
-        if row["library"] == "keras_vit" and "images_per_second" in row:
-            assert row["images_per_second"] > 0 and "percent_of_fp32_gemm" in row
+    # Each row's derived figures are its own measurements': the model's
+    # GFLOP/s over the day's GEMM row, keras_vit's rate over a peer's.
+    gemm = next(r for r in results if r["measurement"] == "GEMM 128^3 float32")
+    ours = {r["measurement"]: r for r in results if r["library"] == "keras_vit" and "gflops" in r}
+    assert ours
+    for row in ours.values():
+        assert row["percent_of_fp32_gemm"] == pytest.approx(100 * row["gflops"] / gemm["gflops"])
     peer = "huggingface" if BACKEND == "torch" else "keras_hub"
     peer_module = "transformers" if peer == "huggingface" else "keras_hub"
     if importlib.util.find_spec(peer_module) is not None:
         ratios = [r for r in results if r["library"] == peer and "keras_vit_ratio" in r]
-        assert ratios and all(r["keras_vit_ratio"] > 0 for r in ratios)
+        assert ratios
+        for row in ratios:
+            expected = ours[row["measurement"]]["images_per_second"] / row["images_per_second"]
+            assert row["keras_vit_ratio"] == pytest.approx(expected)
     else:
         assert f"{peer} is not installed" in table
 
