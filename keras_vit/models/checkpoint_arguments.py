@@ -174,7 +174,7 @@ def _official_function(path, arguments):
 
 def _huggingface_function(path, arguments):
     """The GELU form, LayerNorm epsilon and pixel normalisation of the file's configs."""
-    config = read_json_beside(path, "config.json")
+    config = huggingface.vision_config(path)
     recorded = set()
     arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
         "gelu_new",
@@ -328,7 +328,7 @@ def file_arguments(path, num_heads=None):
     """
     layout, arguments = _shapes(path, read_tensors(path))
     if arguments["num_heads"] is None:  # what the file records comes first
-        config = read_json_beside(path, "config.json")
+        config = huggingface.vision_config(path)
         arguments["num_heads"] = config.get("num_attention_heads") or num_heads
     arguments.update(approximate_gelu=True, layer_norm_epsilon=1e-6, normalization="inception")
     arguments, recorded = _FUNCTION_OF_LAYOUT[layout](path, arguments)

@@ -56,6 +56,12 @@ elif kind == "deit":  # distillation token and head, logits = mean of both heads
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         intermediate_size=64, image_size=16, patch_size=4, num_labels=5)
     model = transformers.DeiTForImageClassificationWithTeacher(config)
+elif kind == "siglip":  # no class token, a MAP head, tanh GELU, pixels in [-1, 1]
+    config = transformers.SiglipVisionConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, image_size=16, patch_size=4)
+    model = transformers.SiglipVisionModel(config)
+    transformers.SiglipImageProcessor().save_pretrained(out)
 elif kind == "mae":  # mask_ratio 0 and ordered noise: every patch, in order
     config = transformers.ViTMAEConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -73,6 +79,15 @@ with torch.no_grad():  # non-trivial values everywhere, incl. LN and head
         p.add_(0.1 * torch.randn_like(p))
 model.eval()
 model.save_pretrained(out)
+if kind == "siglip":
+    # The Hub's SigLIP files are the two towers (SiglipModel): these vision
+    # weights beside a text tower, the vision settings nested in its config.
+    pair = transformers.SiglipModel(transformers.SiglipConfig(
+        vision_config=config.to_dict(),
+        text_config=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32, vocab_size=50, max_position_embeddings=8)))
+    pair.vision_model.load_state_dict(model.state_dict())
+    pair.save_pretrained(os.path.join(out, "pair"))
 if kind == "model":
     # The same weights as the Hub's pickled pytorch_model.bin (Hub names),
     # and as `torch.save(model.state_dict())` (transformers 5 module names).
@@ -104,7 +119,7 @@ for size in sizes:
 with open(os.path.join(out, "info.json"), "w") as f:
     json.dump({{"eps": config.layer_norm_eps, "act": config.hidden_act}}, f)
 """
-KINDS = ("model", "classifier", "timm_like", "dinov2", "dinov2_registers", "deit", "mae")
+KINDS = ("model", "classifier", "timm_like", "dinov2", "dinov2_registers", "deit", "mae", "siglip")
 
 
 @artifact_maker("huggingface_references", __file__)
@@ -124,7 +139,8 @@ def _reference(tmp_path_factory, kind):
     )
     with open(os.path.join(out, "info.json")) as f:
         info = json.load(f)
-    assert info["act"] == "gelu"  # exact GELU: the model must follow the source
+    # The model must follow the source's GELU: exact, SigLIP's tanh.
+    assert info["act"] == ("gelu_pytorch_tanh" if kind == "siglip" else "gelu")
     return out, info["eps"]
 
 
@@ -156,6 +172,11 @@ def deit_reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dinov2_registers_reference(tmp_path_factory):
     return _reference(tmp_path_factory, "dinov2_registers")
+
+
+@pytest.fixture(scope="module")
+def siglip_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "siglip")
 
 
 def hf_model(eps, size=16, **kwargs):
@@ -323,6 +344,32 @@ def test_from_checkpoint_follows_the_source(
         os.path.join(out, "model.safetensors"), pooling=None, include_rescaling=False
     )
     assert max_error(plain, out, 16, "tokens") <= 1e-4
+
+
+def test_siglip_vision_tower_parity_pooled_and_tokens_at_two_sizes(siglip_reference):
+    out, eps = siglip_reference
+    path = os.path.join(out, "model.safetensors")
+    pooled = from_checkpoint(path, include_rescaling=False)
+    # What the file and its configs say: no class token, the MAP head, tanh GELU.
+    block = pooled.get_layer("encoderblock_0")
+    assert (block.approximate_gelu, block.layer_norm_epsilon) == (True, eps) and eps == 1e-6
+    names = [layer.name for layer in pooled.layers]
+    assert "class_token" not in names and "map_head" in names
+    assert pooled.output_shape == (None, 32)
+    assert max_error(pooled, out, 16, "pooled") <= 1e-5
+    tokens = from_checkpoint(path, include_rescaling=False, pooling=None)
+    assert tokens.output_shape == (None, 16, 32)
+    assert max_error(tokens, out, 16, "tokens") <= 1e-5
+    # Another resolution: its table resampled as SigLIP's interpolate_pos_encoding.
+    larger = from_checkpoint(path, include_rescaling=False, input_shape=(24, 24, 3))
+    assert max_error(larger, out, 24, "pooled") <= 1e-5
+    # The two towers' file: its vision tower, its settings from vision_config.
+    pair = from_checkpoint(os.path.join(out, "pair", "model.safetensors"), include_rescaling=False)
+    assert pair.get_layer("encoderblock_0").approximate_gelu
+    assert max_error(pair, out, 16, "pooled") <= 1e-5
+    # Its processor's pixels: mean and std 0.5, so [0, 255] -> [-1, 1].
+    scale = np.asarray(from_checkpoint(path).get_layer("rescaling").scale)
+    np.testing.assert_allclose(scale, 1 / (255 * np.array([0.5, 0.5, 0.5])))
 
 
 def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):

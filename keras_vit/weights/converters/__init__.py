@@ -7,7 +7,7 @@ it) to a NumPy array of that weight's shape. Each source's module has
 function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:
 
 - `official`: google-research/vision_transformer `.npz` files;
-- `huggingface`: Hugging Face ViT / DeiT / DINOv2 / ViTMAE state dicts;
+- `huggingface`: Hugging Face ViT / DeiT / DINOv2 / ViTMAE / SigLIP vision state dicts;
 - `timm`: timm VisionTransformer state dicts;
 - `keras_vit`: this package's own `.keras` files.
 """
@@ -28,7 +28,12 @@ def detect_layout(tensors):
         return "official"
     if "patch_embed.proj.weight" in names:
         return "timm"
-    if any(n.endswith("embeddings.patch_embeddings.projection.weight") for n in names):
+    if any(
+        n.endswith(
+            ("embeddings.patch_embeddings.projection.weight", "embeddings.patch_embedding.weight")
+        )
+        for n in names
+    ):
         return "huggingface"
     raise ValueError(
         "Not a ViT checkpoint of a known layout (official .npz, Hugging Face, "

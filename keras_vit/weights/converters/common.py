@@ -44,3 +44,34 @@ def stack_qkv(out, qkv):
         else:
             out[f"encoderblock_{index}/attention/qkv/bias"] = np.stack(parts, axis=0)
     return out
+
+
+def attention_pool(prefix, name, value, num_heads):
+    """A MAP head's tensor in timm's names (`AttentionPoolLatent`) -> keras_vit's `map_head/*`.
+
+    `name` is relative to the pool (whose own is `prefix`, for errors):
+    `latent`, `q.weight`, `kv.bias` (key and value stacked), `proj.*`,
+    `norm.*`, `mlp.fc1.*`, `mlp.fc2.*`.
+    """
+    if name == "latent":
+        return {"map_head/probe": value}
+    module, param = name.rsplit(".", 1)
+    if module in ("q", "kv", "proj"):
+        target = {"q": "query", "kv": "key_value", "proj": "out"}[module]
+        if module == "proj":
+            shape = (num_heads, -1, value.shape[0]) if param == "weight" else (-1,)
+        else:
+            parts = () if module == "q" else (2,)
+            shape = ((value.shape[-1],) if param == "weight" else ()) + parts + (num_heads, -1)
+        value = linear(value) if param == "weight" else value
+        return {
+            f"map_head/{target}_{'kernel' if param == 'weight' else 'bias'}": value.reshape(shape)
+        }
+    if module == "norm":
+        return norm("map_head/norm", param, value)
+    if module in ("mlp.fc1", "mlp.fc2"):
+        return dense("map_head/mlp_dense_" + module[-1], param, value)
+    raise ValueError(
+        f"attention pool tensor {prefix + name!r} has no place "
+        "in keras_vit's MAP head (e.g. a latent length above 1 or q/k norms)."
+    )

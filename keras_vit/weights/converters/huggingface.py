@@ -2,9 +2,11 @@
 
 `ViTModel` / `ViTForImageClassification` / DeiT (with teacher) /
 `Dinov2Model` (with registers, classifiers) / `ViTMAEModel`
-(`vit.encoder.layer.0.attention...`), and the module names transformers
->= 5 writes with `torch.save(model.state_dict())`. Their GELU, LayerNorm
-epsilon and pixel normalisation come from `config.json` and
+(`vit.encoder.layer.0.attention...`), SigLIP's vision tower
+(`SiglipVisionModel`: no class token, a MAP head;
+`vision_model.encoder.layers.0.self_attn...`), and the module names
+transformers >= 5 writes with `torch.save(model.state_dict())`. Their GELU,
+LayerNorm epsilon and pixel normalisation come from `config.json` and
 `preprocessor_config.json` beside the file.
 """
 
@@ -12,6 +14,7 @@ import re
 
 from keras_vit.layers.position_embedding import DEFAULT_RESAMPLE_METHOD
 from keras_vit.weights.converters.common import (
+    attention_pool,
     dense,
     heads,
     linear,
@@ -45,13 +48,56 @@ _MODULE_NAMES = {
 }
 
 
+# SigLIP's vision tower's module names, as ViT's on the Hub (its MAP head apart).
+_SIGLIP_NAMES = {
+    r"^embeddings\.patch_embedding\.": "embeddings.patch_embeddings.projection.",
+    r"^encoder\.layers\.": "encoder.layer.",
+    r"\.self_attn\.q_proj\.": ".attention.attention.query.",
+    r"\.self_attn\.k_proj\.": ".attention.attention.key.",
+    r"\.self_attn\.v_proj\.": ".attention.attention.value.",
+    r"\.self_attn\.out_proj\.": ".attention.output.dense.",
+    r"\.layer_norm1\.": ".layernorm_before.",
+    r"\.layer_norm2\.": ".layernorm_after.",
+    r"^post_layernorm\.": "layernorm.",
+}
+
+
+def _siglip_head(name, value, num_heads):
+    """SigLIP's `SiglipMultiheadAttentionPoolingHead` (`head.*`) -> keras_vit's `map_head/*`.
+
+    Its attention is PyTorch's `nn.MultiheadAttention`: the query, key and
+    value projections stacked in `in_proj_*` (timm's `q` and `kv`).
+    """
+    if name.startswith("attention.in_proj_"):
+        param = "weight" if name.endswith("weight") else "bias"
+        width = value.shape[0] // 3
+        return {
+            **attention_pool("head.", f"q.{param}", value[:width], num_heads),
+            **attention_pool("head.", f"kv.{param}", value[width:], num_heads),
+        }
+    for own, timm_name in (
+        ("probe", "latent"),
+        ("attention.out_proj.", "proj."),
+        ("layernorm.", "norm."),
+    ):
+        if name.startswith(own):
+            return attention_pool("head.", timm_name + name[len(own) :], value, num_heads)
+    return attention_pool("head.", name, value, num_heads)  # mlp.fc1, mlp.fc2
+
+
 def to_canonical(tensors, num_heads):
     out, qkv = {}, {}
     for name, value in tensors.items():
-        name = re.sub(r"^(vit|deit|dinov2_with_registers|dinov2|model)\.", "", name)
+        name = re.sub(r"^(vit|deit|dinov2_with_registers|dinov2|model|vision_model)\.", "", name)
         for pattern, hub_name in _MODULE_NAMES.items():
             name = re.sub(pattern, hub_name, name)
-        if name == "embeddings.cls_token":
+        for pattern, hub_name in _SIGLIP_NAMES.items():
+            name = re.sub(pattern, hub_name, name)
+        if name == "embeddings.position_embedding.weight":  # SigLIP's: an nn.Embedding
+            out["position_embedding/embeddings"] = value[None]
+        elif name.startswith("head."):  # SigLIP's MAP head
+            out.update(_siglip_head(name[len("head.") :], value, num_heads))
+        elif name == "embeddings.cls_token":
             out["class_token/token"] = value
         elif name == "embeddings.distillation_token":
             out["distillation_token/token"] = value
@@ -99,6 +145,17 @@ def to_canonical(tensors, num_heads):
     return stack_qkv(out, qkv)
 
 
+def vision_config(path):
+    """The vision model's settings in the `config.json` beside a file.
+
+    A two-tower model's file (SigLIP's `SiglipModel`, which the Hub's SigLIP
+    repositories hold) nests them as `vision_config`; a vision model's file
+    has them at the top.
+    """
+    config = read_json_beside(path, "config.json")
+    return config.get("vision_config") or config
+
+
 # Hugging Face model types that resample their position grid with
 # `antialias=True` (the others: plain bicubic, as PyTorch's default).
 ANTIALIASED_MODEL_TYPES = ("dinov2_with_registers",)
@@ -115,5 +172,5 @@ def resample_method(path):
     `antialias=True` (read from `config.json` beside the file), else
     `"bicubic"` (PyTorch's bicubic, as timm and Hugging Face ViT/DeiT/DINOv2).
     """
-    model_type = read_json_beside(path, "config.json").get("model_type")
+    model_type = vision_config(path).get("model_type")
     return "bicubic_antialias" if model_type in ANTIALIASED_MODEL_TYPES else DEFAULT_RESAMPLE_METHOD

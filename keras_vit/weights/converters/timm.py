@@ -7,7 +7,13 @@ Distilled DeiT (`dist_token`, `head_dist`) and the attention-pooling head
 
 import re
 
-from keras_vit.weights.converters.common import dense, linear, norm, out_projection
+from keras_vit.weights.converters.common import (
+    attention_pool,
+    dense,
+    linear,
+    norm,
+    out_projection,
+)
 
 
 def to_canonical(tensors, num_heads):
@@ -33,7 +39,7 @@ def to_canonical(tensors, num_heads):
         elif name == "pre_logits.fc.weight":
             out["pre_logits/kernel"] = linear(value)
         elif name.startswith("attn_pool."):
-            out.update(_attention_pool(name[len("attn_pool.") :], value, num_heads))
+            out.update(attention_pool("attn_pool.", name[len("attn_pool.") :], value, num_heads))
         match = re.fullmatch(r"blocks\.(\d+)\.(.+)\.(weight|bias|gamma)", name)
         if not match:
             continue
@@ -55,29 +61,3 @@ def to_canonical(tensors, num_heads):
             target = "mlp_dense_1" if module.endswith("1") else "mlp_dense_2"
             out.update(dense(prefix + target, param, value))
     return out
-
-
-def _attention_pool(name, value, num_heads):
-    """timm's `AttentionPoolLatent` (`attn_pool.*`) -> keras_vit's `map_head/*`."""
-    if name == "latent":
-        return {"map_head/probe": value}
-    module, param = name.rsplit(".", 1)
-    if module in ("q", "kv", "proj"):
-        target = {"q": "query", "kv": "key_value", "proj": "out"}[module]
-        if module == "proj":
-            shape = (num_heads, -1, value.shape[0]) if param == "weight" else (-1,)
-        else:
-            parts = () if module == "q" else (2,)
-            shape = ((value.shape[-1],) if param == "weight" else ()) + parts + (num_heads, -1)
-        value = linear(value) if param == "weight" else value
-        return {
-            f"map_head/{target}_{'kernel' if param == 'weight' else 'bias'}": value.reshape(shape)
-        }
-    if module == "norm":
-        return norm("map_head/norm", param, value)
-    if module in ("mlp.fc1", "mlp.fc2"):
-        return dense("map_head/mlp_dense_" + module[-1], param, value)
-    raise ValueError(
-        f"timm attention pool tensor {'attn_pool.' + name!r} has no place "
-        "in keras_vit's MAP head (e.g. a latent length above 1 or q/k norms)."
-    )
