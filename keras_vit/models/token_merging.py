@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.token_merging_block import TokenMergingBlock
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_block import TransformerBlock
@@ -60,10 +61,12 @@ def merge_tokens(model, r):
     blocks = encoder_blocks(model)
     pooling = next((layer for layer in model.layers if isinstance(layer, TokenPooling)), None)
     if pooling is None or pooling.mode != "token" or len(model.inputs) + len(model.outputs) != 2:
+        mode = getattr(pooling, "mode", None)
+        if any(isinstance(layer, AttentionPooling) for layer in model.layers):
+            mode = "map"  # (a MAP head would attend over merged tokens as single ones)
         raise ValueError(
             "merge_tokens needs a model with pooling='token' (the class token's features) "
-            f"and one output. Received: model {model.name!r} with pooling "
-            f"{getattr(pooling, 'mode', None)!r}"
+            f"and one output. Received: model {model.name!r} with pooling {mode!r}"
         )
     num_tokens = blocks[0].input.shape[1]
     if num_tokens is None:

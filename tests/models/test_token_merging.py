@@ -65,6 +65,8 @@ def test_merge_tokens_refuses_what_it_cannot_merge():
         merge_tokens(model, 0)
     with pytest.raises(ValueError, match="pooling='token'.*'gap'"):
         merge_tokens(keras_vit.ViT(**TINY, pooling="gap", class_token=False), 2)
+    with pytest.raises(ValueError, match="pooling='token'.*'map'"):  # SigLIP's layout
+        merge_tokens(keras_vit.ViT(**TINY, pooling="map", class_token=False), 2)
     with pytest.raises(ValueError, match="fixed input size"):
         merge_tokens(keras_vit.ViT(**{**TINY, "input_shape": (None, None, 3)}), 2)
 
