@@ -36,16 +36,10 @@ demo: setup
 # backend's suite only; those that exercise a backend in SPLIT (fresh
 # interpreters of it) run in its parts, which have the room.
 SPLIT ?= jax
-# XLA compiles every new function of the JAX suites (and TensorFlow's
-# jit-compiled steps) for models that run in milliseconds: without LLVM's
-# optimisation passes a tiny model's first fit costs JAX a quarter to a
-# third less CPU, and its steps no more. (Numbers are XLA's either way; a
-# test that compares two runs has both under the same flags.)
-TEST_XLA_FLAGS ?= --xla_backend_optimization_level=0
 test: setup lint
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
 	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_SUITE_SPLIT="$(SPLIT)" \
-	  KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache" XLA_FLAGS="$(TEST_XLA_FLAGS)"; \
+	  KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
 	start=$$(date +%s); suites=""; \
 	for backend in $(BACKENDS); do \
 	  parts=1; case " $(SPLIT) " in *" $$backend "*) parts=2;; esac; \
