@@ -414,14 +414,25 @@ def test_bad_model_files_get_one_line_naming_the_file_and_the_cause(tmp_path):
     (served / "saved_model.pb").write_bytes(b"")
     exported = r" is {}, not a \.keras model file: give the model\.keras it was exported from"
     cases = [
-        (["evaluate", "--model", str(tflite)], f"{tflite}" + exported.format("a TFLite model")),
+        # Commands that take a .keras model only say what the export is ...
+        (["export", str(tflite)], f"{tflite}" + exported.format("a TFLite model")),
+        (["inspect", str(onnx), str(image)], f"{onnx}" + exported.format("an ONNX model")),
+        (
+            ["export", str(served), "--format", "onnx"],
+            f"{served}" + exported.format("an exported SavedModel folder"),
+        ),
+        # ... evaluate and predict run exports, and name a broken one's cause.
+        (
+            ["evaluate", "--model", str(tflite)],
+            f"'{tflite}' is not a TFLite model the runtime can load: .*schema version",
+        ),
         (
             ["predict", str(image), "--model", str(onnx)],
-            f"{onnx}" + exported.format("an ONNX model"),
+            f"'{onnx}' is not an ONNX model ONNX Runtime can load",
         ),
         (
             ["predict", str(image), "--model", str(served)],
-            f"{served}" + exported.format("an exported SavedModel folder"),
+            f"'{served}' is not a SavedModel TensorFlow can load",
         ),
         (
             ["predict", str(image), "--model", str(text)],

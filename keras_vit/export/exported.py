@@ -144,7 +144,14 @@ class _SavedModel(_Export):
 
         version = path if os.path.isfile(os.path.join(path, "saved_model.pb")) else None
         version = version or _latest_version(path)
-        self._loaded = tf.saved_model.load(version)
+        try:
+            self._loaded = tf.saved_model.load(version)
+        except Exception as error:  # TensorFlow's and protobuf's own exception types
+            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            raise ValueError(
+                f"{version!r} is not a SavedModel TensorFlow can load: "
+                f"{message or type(error).__name__}"
+            ) from None
         if "serving_default" not in self._loaded.signatures:
             raise ValueError(
                 f"{version!r} has no serving_default signature: not a SavedModel of keras-vit "
