@@ -17,25 +17,13 @@ rot); its numbers mean nothing.
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import tempfile
-import time
 
-from harness import print_gemm_rate
-
-
-def round_median_ms(export, image, calls, warmup=3):
-    """Median milliseconds of `calls` calls of `export` on `image`, after `warmup` calls."""
-    for _ in range(warmup):
-        export(image)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        export(image)
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+from harness import print_gemm_rate, timed
 
 
 def measure(paths, rounds=5, calls=10, threads=2):
@@ -49,7 +37,8 @@ def measure(paths, rounds=5, calls=10, threads=2):
     round_ms = [[] for _ in exports]
     for _ in range(rounds):
         for index, export in enumerate(exports):
-            round_ms[index].append(round(round_median_ms(export, images[index], calls), 3))
+            seconds = timed(functools.partial(export, images[index]), calls, warmup=3)
+            round_ms[index].append(round(1000 * seconds, 3))
     return [
         {
             "path": os.fspath(path),

@@ -32,12 +32,19 @@ def apply_umask(path):
     return path
 
 
+# Where a SavedModel version folder holds its metadata (TF Serving ignores it).
+SAVED_MODEL_METADATA = os.path.join("assets.extra", "keras_vit.json")
+
+
 def metadata_path(path):
-    """The JSON file that describes an export file: its own (`model.tflite.json`).
+    """The JSON file that describes an export: its own (`model.tflite.json`).
 
     Each artefact has its own, so a `.tflite` and an `.onnx` of one model can
-    sit in one folder.
+    sit in one folder; a SavedModel version folder holds it inside
+    (`SAVED_MODEL_METADATA`).
     """
+    if os.path.isdir(path):
+        return os.path.join(path, SAVED_MODEL_METADATA)
     return os.fspath(path) + ".json"
 
 

@@ -17,7 +17,6 @@ kind); without one, the file's own shapes are read and its outputs taken
 as logits (the exports' default).
 """
 
-import json
 import os
 
 import numpy as np
@@ -80,6 +79,12 @@ def open_export(path, num_threads=None):
     }[kind](path, kind, checks.cpu_threads(num_threads))
 
 
+def _cause(error):
+    """A runtime's error in one line: its message's first, else its type's name."""
+    message = str(error).strip()
+    return message.splitlines()[0] if message else type(error).__name__
+
+
 class _Export:
     """The face every export shares; each runtime fills in `_run` and the shapes."""
 
@@ -120,9 +125,8 @@ class _ONNXRuntime(_Export):
                 os.fspath(path), options, providers=["CPUExecutionProvider"]
             )
         except Exception as error:  # onnxruntime's own exception types
-            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise ValueError(
-                f"{path!r} is not an ONNX model ONNX Runtime can load: {message}"
+                f"{path!r} is not an ONNX model ONNX Runtime can load: {_cause(error)}"
             ) from None
         super().__init__(path, kind, artefacts.read_metadata(path, "onnx"))
         (feed,) = self._session.get_inputs()
@@ -140,28 +144,20 @@ class _SavedModel(_Export):
     def __init__(self, path, kind, num_threads):
         import tensorflow as tf
 
-        from keras_vit.export.saved_model import METADATA_FILE
-
         version = path if os.path.isfile(os.path.join(path, "saved_model.pb")) else None
         version = version or _latest_version(path)
         try:
             self._loaded = tf.saved_model.load(version)
         except Exception as error:  # TensorFlow's and protobuf's own exception types
-            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
             raise ValueError(
-                f"{version!r} is not a SavedModel TensorFlow can load: "
-                f"{message or type(error).__name__}"
+                f"{version!r} is not a SavedModel TensorFlow can load: {_cause(error)}"
             ) from None
         if "serving_default" not in self._loaded.signatures:
             raise ValueError(
                 f"{version!r} has no serving_default signature: not a SavedModel of keras-vit "
                 f"export (its signatures: {sorted(self._loaded.signatures)})"
             )
-        described = os.path.join(version, "assets.extra", METADATA_FILE)
-        metadata = {}
-        if os.path.isfile(described):
-            with open(described) as f:
-                metadata = json.load(f)
+        metadata = artefacts.read_metadata(version, "saved_model")
         super().__init__(version, kind, {**metadata, "output": "probabilities"})
         self._function = self._loaded.signatures["serving_default"]
         ((name, spec),) = self._function.structured_input_signature[1].items()

@@ -15,7 +15,6 @@ from keras_vit import _options
 from keras_vit.export import artefacts, checks, graph
 from keras_vit.export.tensorflow_worker import rebuild_on_tensorflow
 
-METADATA_FILE = "keras_vit.json"
 WARMUP_FILE = "tf_serving_warmup_requests"
 SIGNATURES = ("serving_default", "serving_bytes")
 
@@ -341,7 +340,7 @@ def _write_version(model, model_dir, version_dir, served, warmup):
         )
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
-        with open(os.path.join(extra, METADATA_FILE), "w") as f:
+        with open(artefacts.metadata_path(staging), "w") as f:
             json.dump(metadata, f, indent=2)
         if warmup:
             height, width = served["image_size"]

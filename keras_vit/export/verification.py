@@ -16,9 +16,8 @@ import tempfile
 
 import numpy as np
 
-from keras_vit.export import checks, graph
+from keras_vit.export import artefacts, checks, graph
 from keras_vit.export.litert_runtime import TFLiteModel, delegate_partitions
-from keras_vit.export.saved_model import METADATA_FILE
 
 
 def _keras_probabilities(model, images, verbose=0):
@@ -70,8 +69,8 @@ def check_saved_model(version_dir, model, images, encoded_images=(), crop_fracti
 
             from keras_vit.data.pipeline import decode_for_eval
 
-            with open(os.path.join(version_dir, "assets.extra", METADATA_FILE)) as f:
-                height, width = json.load(f)["image_size"]  # what serving_bytes resizes to
+            # What serving_bytes resizes to.
+            height, width = artefacts.read_metadata(version_dir, "saved_model")["image_size"]
             channels = model.inputs[0].shape[-1]
             try:
                 decoded = np.stack(
