@@ -23,34 +23,34 @@ demo: setup
 # Runs the whole suite once per backend, the backends side by side (much of
 # a test's time is single-threaded: start-up, Python, small models, so two
 # cores serve three suites in about half the time of one after another;
-# PARALLEL=0 runs them in turn, with live output), prints each suite's log,
-# then fails if any failed. Side by side, each suite's torch / OpenMP threads
-# and TensorFlow's threads within an op are one (more only spin against the
-# other suites: a TensorFlow suite spent 5% more CPU). The backends in SPLIT
-# run their suite as two processes, whole test modules dealt between them
-# (JAX's is the longest: alone at the end, it would leave a core idle; more
-# processes than four made the whole slower).
-# The suites share `.test-cache/` (emptied first): what takes long to make and
-# is the same for every backend is made once (tests/conftest.py,
-# `shared_artifact`). Tests marked backend_independent run in the first
-# backend's suite only; those that exercise a backend in SPLIT (fresh
-# interpreters of it) run in its parts, which have the room.
-SPLIT ?= jax
+# PARALLEL=0 runs them in turn, with live output), prints each process's
+# log, then fails if any failed. Side by side, each process's torch / OpenMP
+# threads and TensorFlow's threads within an op are one (more only spin
+# against the others: a TensorFlow suite spent 5% more CPU). The backends
+# in SPLIT run as two processes. The processes share the work as they go
+# (tests/conftest.py, `work_groups`): each claims its backend's test
+# modules, then the backend-independent tests, one group at a time, so
+# none waits idle at the end while another has a queue.
+# They share `.test-cache/` (emptied first): what takes long to make and is
+# the same for every backend is made once (tests/conftest.py,
+# `shared_artifact`), and JAX's compilations are kept there for every JAX
+# process of the run.
+SPLIT ?= jax tensorflow
 test: setup lint
 	@mkdir -p .test-logs; rm -f .test-logs/*.rc .test-logs/*.log; rm -rf .test-cache; \
-	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_SUITE_SPLIT="$(SPLIT)" \
-	  KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
+	export KERAS_VIT_SUITE_BACKENDS="$(BACKENDS)" KERAS_VIT_TEST_CACHE="$(CURDIR)/.test-cache"; \
 	start=$$(date +%s); suites=""; \
 	for backend in $(BACKENDS); do \
 	  parts=1; case " $(SPLIT) " in *" $$backend "*) parts=2;; esac; \
+	  [ "$(PARALLEL)" != 0 ] || parts=1; \
 	  for part in $$(seq $$parts); do \
 	    suite=$$backend; [ $$parts = 1 ] || suite=$$backend-$$part; suites="$$suites $$suite"; \
 	    if [ "$(PARALLEL)" = 0 ]; then \
-	      echo "=== pytest with KERAS_BACKEND=$$backend (part $$part of $$parts)"; \
-	      KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS); \
+	      echo "=== pytest with KERAS_BACKEND=$$backend"; \
+	      KERAS_BACKEND=$$backend $(BIN)/python -m pytest $(PYTEST_ARGS); \
 	      echo $$? > .test-logs/$$suite.rc; \
 	    else \
-	      ( OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 KERAS_VIT_SUITE_PART=$$part/$$parts KERAS_BACKEND=$$backend \
+	      ( OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 KERAS_BACKEND=$$backend \
 	          $(BIN)/python -m pytest $(PYTEST_ARGS) > .test-logs/$$suite.log 2>&1; \
 	        echo $$? > .test-logs/$$suite.rc; \
 	        echo "=== $$suite finished: exit $$(cat .test-logs/$$suite.rc) after $$(( $$(date +%s) - start )) s" ) & \

@@ -4,18 +4,15 @@ Markers (`pytest -m`):
 - `backend_independent`: the test's outcome cannot depend on the backend
   of the suite (files, docs, argument parsing, arithmetic, fresh
   interpreters of a backend of their own). `make test` runs the suite once
-  per backend and names them all in `KERAS_VIT_SUITE_BACKENDS`: these tests
-  run under the first one and are skipped under the others; one that
-  exercises a backend whose suite runs in parts (`KERAS_VIT_SUITE_SPLIT`:
-  the suite with room for more) runs in that suite instead, named by its
-  `backend` parameter or the marker's `exercises=`. Without the variable
-  they run under whichever backend runs the suite.
+  per backend (naming them all in `KERAS_VIT_SUITE_BACKENDS`), its
+  processes side by side: each of these tests runs once, in whichever
+  process claims it first (`work_groups`). Without the variable they run
+  under whichever backend runs the suite.
 - `slow`: over a few seconds (a training, a fresh interpreter, an export).
   `make test-quick` leaves them out.
 """
 
 import atexit
-import collections
 import contextlib
 import fcntl
 import gc
@@ -42,25 +39,32 @@ INSTALLED_BACKENDS = tuple(b for b in ALL_BACKENDS if importlib.util.find_spec(b
 # The backends that `make test` runs the suite under, side by side, in the
 # order given; unset, this process's backend alone.
 SUITE_BACKENDS = tuple(os.environ.get("KERAS_VIT_SUITE_BACKENDS", BACKEND).split())
-SPLIT_SUITES = tuple(os.environ.get("KERAS_VIT_SUITE_SPLIT", "").split())
 
 
 def keep_jax_compilations_for_the_session():
-    """JAX's persistent compilation cache, in a folder of this process and its children.
+    """JAX's persistent compilation cache, one folder for every JAX process of the run.
 
     Most tests build a model of a size other tests built before it, and each
-    new model's functions are compiled again, to the same executables: read
-    back from the cache instead, the JAX suite spends a sixth less CPU. The
-    fresh interpreters the tests start under JAX (any suite's) inherit the
-    folder through the environment, so a child reads what its suite or an
-    earlier child compiled. The suites' folders are apart: a cache shared
-    between processes that run at once can be read while another writes it
-    (JAX's writes are not atomic; a child killed in one leaves a truncated
-    entry, so tests that kill JAX processes give them a folder of their own:
-    `own_jax_compilations`).
+    new model's functions (and each operation called eagerly on new shapes)
+    are compiled again, to the same executables: read back from the cache
+    instead, a JAX module spends a quarter to a half less CPU. Under `make
+    test` the folder is the suites' shared cache (`KERAS_VIT_TEST_CACHE`):
+    both JAX parts and every fresh interpreter the tests start under JAX
+    (which inherit it through the environment) read what any of them
+    compiled. JAX writes an entry in place, so a process could read one
+    half-written: the suites' own writes are made whole first
+    (`write_compilations_whole`), and the children's are read by their
+    parent after they end. A child killed in a write would leave an entry
+    truncated for good: tests that kill JAX processes give them a folder
+    of their own (`own_jax_compilations`).
     """
-    folder = tempfile.mkdtemp(prefix="keras_vit_jax_compilations_")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    shared = os.environ.get("KERAS_VIT_TEST_CACHE")
+    if shared:
+        folder = os.path.join(shared, "jax_compilations")
+        os.makedirs(folder, exist_ok=True)
+    else:
+        folder = tempfile.mkdtemp(prefix="keras_vit_jax_compilations_")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.environ.update(own_jax_compilations(folder))
     if BACKEND == "jax":
         import jax
@@ -68,6 +72,21 @@ def keep_jax_compilations_for_the_session():
         jax.config.update("jax_compilation_cache_dir", folder)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        write_compilations_whole()
+
+
+def write_compilations_whole():
+    """This process's cache entries appear whole (written aside, then renamed)."""
+    from jax._src import lru_cache
+
+    def put(cache, key, value):
+        path = cache.path / f"{key}{lru_cache._CACHE_SUFFIX}"
+        if not path.exists():
+            partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+            partial.write_bytes(value)
+            os.replace(partial, path)
+
+    lru_cache.LRUCache.put = put
 
 
 def own_jax_compilations(folder):
@@ -85,7 +104,7 @@ keep_jax_compilations_for_the_session()
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "backend_independent: runs under the first backend of KERAS_VIT_SUITE_BACKENDS only",
+        "backend_independent: `make test` runs it once, under any backend",
     )
     config.addinivalue_line(
         "markers", "slow: takes more than a few seconds; `make test-quick` skips it"
@@ -134,79 +153,95 @@ def _collect_each_module_whole():
     gc.freeze()
 
 
-# `make test` may run a backend's suite as several processes: this one runs
-# part `i` of `n` (`KERAS_VIT_SUITE_PART=i/n`), whole modules dealt by weight.
-SUITE_PART = os.environ.get("KERAS_VIT_SUITE_PART")
+# Under `make test` the run's processes (one or more per backend, side by
+# side) share the work as they go: each claims a group of tests before it
+# runs them (a file created in the run's cache, first come first served),
+# so a process that ends its share early takes over what is left instead
+# of waiting for the others.
+CLAIMS = (
+    os.path.join(os.environ["KERAS_VIT_TEST_CACHE"], "claims")
+    if os.environ.get("KERAS_VIT_SUITE_BACKENDS") and os.environ.get("KERAS_VIT_TEST_CACHE")
+    else None
+)
 
 
-def modules_of_part(items, part, parts):
-    """The test modules of part `part` (1-based) of `parts`: modules dealt heaviest first.
+class WorkGroup(typing.NamedTuple):
+    key: str  # unique in the run: who may claim it, and what it holds
+    items: list
+    weight: int
 
-    A module goes to the lightest part so far. A test weighs 1; a slow one
-    10; a backend-independent one that this suite runs 20 (its work is
-    fresh interpreters of this suite's backend: killed runs, several
-    workers); one that this suite skips as backend-independent nothing.
-    (Measured on JAX's two parts, these weights leave them within 5% of
-    each other; slow tests alike at 10 left one a third longer.)
+
+def work_groups(items):
+    """The groups of `items` this process may claim, in the order it tries them.
+
+    Its backend's tests go by module (a module's fixtures are made once),
+    heaviest first (a test weighs 1, a slow one 10); then the tests that
+    any process may run (`backend_independent`: their outcome is the same
+    under every backend, or their work is fresh interpreters of a backend
+    of their own) one by one, heaviest first. The tests that read a shared
+    artifact come last in each kind, by when it is made
+    (`start_making_shared_artifacts`).
     """
-    weights = collections.Counter()
+    readers = {module for module, _ in ARTIFACT_MAKERS.values()}
+    groups = {}
     for item in items:
-        if runs_in_another_suite(item):
-            weight = 0
-        elif item.get_closest_marker("backend_independent"):
-            weight = 20
+        weight = 10 if item.get_closest_marker("slow") else 1
+        if item.get_closest_marker("backend_independent"):
+            key = f"any:{item.nodeid}"
         else:
-            weight = 10 if item.get_closest_marker("slow") else 1
-        weights[str(item.path)] += weight
-    loads = [0] * parts
-    chosen = set()
-    for module in sorted(weights, key=lambda module: (-weights[module], module)):
-        lightest = loads.index(min(loads))
-        loads[lightest] += weights[module]
-        if lightest == part - 1:
-            chosen.add(module)
-    return chosen
+            key = f"{BACKEND}:{item.path}"
+        group = groups.setdefault(key, WorkGroup(key, [], 0))
+        group.items.append(item)
+        groups[key] = group._replace(weight=group.weight + weight)
+    return sorted(
+        groups.values(),
+        key=lambda g: (g.key.startswith("any:"), str(g.items[0].path) in readers, -g.weight),
+    )
 
 
-def pytest_sessionfinish(session, exitstatus):
-    # A part that a narrowed run (`-k`, a file) left without tests has passed.
-    if SUITE_PART and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-        session.exitstatus = pytest.ExitCode.OK
+def claim(group):
+    """Whether this process is the first to ask for `group` (then it runs it)."""
+    import hashlib
+
+    os.makedirs(CLAIMS, exist_ok=True)
+    path = os.path.join(CLAIMS, hashlib.sha1(group.key.encode()).hexdigest())
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    if CLAIMS is None or session.config.option.collectonly:
+        return None  # pytest's own loop: every collected test
+    if session.testsfailed:
+        raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+    claimed = (group for group in work_groups(session.items) if claim(group))
+    group = next(claimed, None)
+    while group is not None:
+        following = None
+        for index, item in enumerate(group.items):
+            if index + 1 < len(group.items):
+                next_item = group.items[index + 1]
+            else:  # the next group is claimed now, so fixtures it shares stay up
+                following = next(claimed, None)
+                next_item = following.items[0] if following else None
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=next_item)
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+        group = following
+    return True
 
 
 def pytest_collection_modifyitems(config, items):
-    if SUITE_PART:
-        part, parts = (int(n) for n in SUITE_PART.split("/"))
-        chosen = modules_of_part(items, part, parts)
-        config.hook.pytest_deselected(items=[i for i in items if str(i.path) not in chosen])
-        items[:] = [item for item in items if str(item.path) in chosen]
     # The tests that read a shared artifact run last, by when the first suite
     # has made it (`start_making_shared_artifacts`); each module stays whole.
     readers = {module for module, _ in ARTIFACT_MAKERS.values()}
     items.sort(key=lambda item: str(item.path) in readers)
-    for item in items:
-        if runs_in_another_suite(item):
-            item.add_marker(
-                pytest.mark.skip(
-                    reason=f"backend-independent: run under KERAS_BACKEND={home_suite(item)}"
-                )
-            )
-
-
-def home_suite(item):
-    """The backend whose suite runs a backend-independent `item` (see the module's docstring)."""
-    marker = item.get_closest_marker("backend_independent")
-    exercised = (
-        getattr(item, "callspec", None)
-        and item.callspec.params.get("backend")
-        or marker.kwargs.get("exercises")
-    )
-    return exercised if exercised in SPLIT_SUITES else SUITE_BACKENDS[0]
-
-
-def runs_in_another_suite(item):
-    """Whether `item` is backend-independent and this is not the suite that runs it."""
-    return bool(item.get_closest_marker("backend_independent")) and BACKEND != home_suite(item)
 
 
 # A ViT small enough to build and run in milliseconds.

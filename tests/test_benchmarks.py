@@ -62,6 +62,9 @@ def test_flop_count_of_vit_b16_matches_the_hand_count():
     assert flop_count("B/16", patch_dropout_rate=0.5) == flop_count("B/16")  # inference
 
 
+# Its peer is Hugging Face's under torch and keras-hub's under JAX and
+# TensorFlow alike: torch and JAX run every branch of its code.
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="torch and JAX run every branch of it")
 @pytest.mark.slow
 def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
     throughput = load_benchmark("throughput")
@@ -101,6 +104,7 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         assert f"{peer} is not installed" in table
 
 
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend is enough: the benchmark's own code")
 @pytest.mark.slow
 def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
     # Without a GPU it measures the CPU (no device, so no MFU): the bf16
@@ -135,6 +139,7 @@ def test_model_flops_utilisation_uses_the_devices_bf16_peak():
     assert throughput.bf16_peak("cpu") is None
 
 
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend is enough: the benchmark's own code")
 @pytest.mark.slow
 def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
     throughput = load_benchmark("throughput")
@@ -312,6 +317,8 @@ def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
         assert row["accuracy"] == pytest.approx(np.mean(served == labels)), name
 
 
+# `quantize` on each backend is tests/models/test_keras_model_api.py's.
+@pytest.mark.skipif(BACKEND != "torch", reason="one backend is enough: the benchmark's own code")
 def test_exports_scores_keras_own_quantization_beside_the_float_model(tmp_path):
     import keras_vit
 
@@ -412,8 +419,10 @@ def test_distillation_quick_run_trains_the_teacher_and_reports_each_student(tmp_
 
 @pytest.mark.slow
 def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(tmp_path):
-    if BACKEND == "torch":
-        pytest.skip("the benchmark compares the TensorFlow and JAX backends")
+    if BACKEND != "jax":
+        pytest.skip(
+            "one backend is enough: the benchmark's own code (it runs on JAX and TensorFlow)"
+        )
     out = tmp_path / "resolution.json"
     done = run_benchmark(
         "run_time_resolution",

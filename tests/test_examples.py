@@ -7,8 +7,9 @@ import pytest
 
 from tests.conftest import run_python
 
-# Each example runs in a fresh interpreter and trains.
-pytestmark = pytest.mark.slow
+# Each example runs in a fresh interpreter and trains, under one backend each:
+# what they call is tested on every backend in the modules of its parts.
+pytestmark = [pytest.mark.slow, pytest.mark.backend_independent]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,7 +26,8 @@ def test_quickstart_example_trains_and_takes_the_model_apart():
         "    count = 4096 if split == 'train' else 1000\n"
         "    return images[:count], labels[:count]\n"
         "keras_vit.data.load_fashion_mnist = first\n"
-        f"exec(open({path!r}).read())"
+        f"exec(open({path!r}).read())",
+        backend="tensorflow",  # a new user's default
     )
     assert "32/32 - " in out, out  # 4,096 images in batches of 128
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", out)[1])
@@ -39,7 +41,8 @@ def test_inspect_example_trains_a_plain_vit_and_writes_the_figures(tmp_path):
     out = run_python(
         f"import sys; sys.argv = ['inspect_vit.py', '--model', {str(tmp_path / 'none.keras')!r}, "
         f"'--out', {str(tmp_path / 'figures')!r}, '--epochs', '1', '--limit', '2048']; "
-        f"exec(open({path!r}).read())"
+        f"exec(open({path!r}).read())",
+        backend="jax",
     )
     assert "1 prefix token(s), 7x7 patches of 4x4 px" in out
     rows = re.findall(r"layer \d: +([0-9. ]+)", out)
@@ -54,13 +57,13 @@ def test_inspect_example_trains_a_plain_vit_and_writes_the_figures(tmp_path):
 
 
 # The script that draws the docs' figures: its maps are tests/inspect's on every backend.
-@pytest.mark.backend_independent
 def test_the_docs_figures_script_trains_and_draws_every_figure(tmp_path):
     path = os.path.join(ROOT, "examples", "make_figures.py")
     out = run_python(
         f"import sys; sys.argv = ['make_figures.py', '--out', {str(tmp_path)!r}, "
         f"'--epochs', '1', '--limit', '256', '--test-images', '128', '--patch-size', '4']; "
-        f"exec(open({path!r}).read())"
+        f"exec(open({path!r}).read())",
+        backend="torch",
     )
     rows = re.findall(r"layer +\d+: +([0-9. ]+)", out)
     assert len(rows) == 12 and all(len(row.split()) == 4 for row in rows)

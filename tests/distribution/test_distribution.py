@@ -176,7 +176,7 @@ def test_each_worker_reads_its_own_shard_in_batches_of_its_share():
     assert calls[-1] == (16, None)
 
 
-@pytest.mark.backend_independent(exercises="jax")
+@pytest.mark.backend_independent
 @pytest.mark.slow
 def test_jax_data_and_model_parallel_steps_match_one_device():
     result = one_step("jax", devices=4, kinds=("data", "model"))
@@ -330,7 +330,7 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(backend, tmp_pa
     assert metrics["replicas"] == 2 and metrics["distribute"] == "data"
 
 
-@pytest.mark.backend_independent(exercises="jax")
+@pytest.mark.backend_independent
 @pytest.mark.slow
 def test_train_command_runs_model_parallel_on_simulated_devices(tmp_path):
     from tests.training.test_train_command import write_dataset

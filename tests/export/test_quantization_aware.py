@@ -221,26 +221,37 @@ def distance_to_simulation(model, served, x):
 CLOSER_THAN_FLOAT = {"int8": 0.3, "int8_full": 1.2}
 
 
-@pytest.fixture(scope="module")
-def trained_qat():
-    """A QAT model of each mode after a short fit, so its ranges are the tracked ones."""
-    keras.utils.set_random_seed(0)
-    x, y = images(96), np.random.default_rng(2).integers(0, 4, 96)
-    models = {}
-    for mode in fake_quantization.QAT_MODES:
+class TrainedQAT(dict):
+    """A QAT model of each mode after a short fit, so its ranges are the tracked ones.
+
+    Each is trained when a test first asks for it.
+    """
+
+    def __missing__(self, mode):
+        keras.utils.set_random_seed(0)
+        x, y = images(96), np.random.default_rng(2).integers(0, 4, 96)
         model = quantization_aware_copy(float_model(), mode, x)
         model.compile(
             optimizer=keras.optimizers.Adam(1e-3),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         )
         model.fit(x, y, batch_size=32, epochs=2, verbose=0)
-        models[mode] = model
-    return models
+        self[mode] = model
+        return model
+
+
+@pytest.fixture(scope="module")
+def trained_qat():
+    return TrainedQAT()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
 def test_the_litert_file_of_a_qat_model_computes_its_simulated_outputs(trained_qat, mode, tmp_path):
+    if BACKEND != "tensorflow" and mode != "int8_full":
+        # From the other backends the model travels to TensorFlow as its
+        # .keras file, ranges and all, whatever the mode: one mode shows it.
+        pytest.skip("one mode is enough off TensorFlow: the conversion is TensorFlow's")
     model, x = trained_qat[mode], images(64, seed=5)
     path = tmp_path / "qat.tflite"
     keras_vit.export.tflite(model, path, quantization=mode, representative_data=x)
