@@ -244,6 +244,21 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: str(item.path) in readers)
 
 
+def on_one_backend(backend, why):
+    """A mark: the test runs under `backend` alone (or the run's first, if it has not that one).
+
+    For what is the same code whatever the backend: a command's own work
+    (the files it writes, its lines, its resumes and refusals), a file that
+    TensorFlow converts from any backend's model. What differs by backend,
+    the model's arithmetic, a training step, a run end to end through the
+    command (tests/test_console.py, crash safety's killed runs), is tested
+    under each; the tests marked so are dealt among the backends, so each
+    runs some of every kind.
+    """
+    home = backend if backend in SUITE_BACKENDS else SUITE_BACKENDS[0]
+    return pytest.mark.skipif(BACKEND != home, reason=f"one backend is enough ({why}): {home}")
+
+
 # A ViT small enough to build and run in milliseconds.
 TINY = dict(
     patch_size=4,

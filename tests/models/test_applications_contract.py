@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from tests.conftest import BACKEND, randomize_weights
+from tests.conftest import BACKEND, on_one_backend, randomize_weights
 
 WIDTH = 192  # ViT-Ti/16's: Keras' `last_dim`
 DATA_FORMATS = ("channels_first", "channels_last")
@@ -169,6 +169,7 @@ def channels_first_model():
     return model, images
 
 
+@on_one_backend("tensorflow", "TensorFlow converts every backend's model")
 @pytest.mark.slow
 def test_a_channels_first_model_converts_to_litert_taking_channels_last_images(tmp_path):
     model, images = channels_first_model()

@@ -5,7 +5,7 @@ from keras import ops
 
 import keras_vit
 from keras_vit.models import largest_merge, merge_tokens
-from tests.conftest import BACKEND, TINY, randomize_weights
+from tests.conftest import BACKEND, TINY, on_one_backend, randomize_weights
 
 # A pretrained checkpoint's function: exact GELU, LayerScale, the class token's head.
 FUNCTION = dict(TINY, approximate_gelu=False, layer_scale_init=0.1, classifier_activation=None)
@@ -71,6 +71,7 @@ def test_merge_tokens_refuses_what_it_cannot_merge():
         merge_tokens(keras_vit.ViT(**{**TINY, "input_shape": (None, None, 3)}), 2)
 
 
+@on_one_backend("tensorflow", "TensorFlow converts every backend's model")
 def test_exports_keep_the_merging(tmp_path):
     import onnxruntime
 

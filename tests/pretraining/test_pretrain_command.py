@@ -11,7 +11,7 @@ import pytest
 from keras_vit.cli import main
 from keras_vit.pretraining import pretrain
 from keras_vit.training.run_folder import read_run
-from tests.conftest import last_json_line, run_python
+from tests.conftest import last_json_line, on_one_backend, run_python
 from tests.training.test_train_command import write_dataset
 
 SMALL_MAE = [
@@ -43,6 +43,7 @@ def pretrain_command(data, out, epochs, *extra):
     ]
 
 
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_pretrain_writes_the_run_and_finetune_starts_from_its_encoder(tmp_path, capsys):
     import keras
@@ -114,6 +115,7 @@ def test_pretrain_refuses_bad_arguments_before_any_work(tmp_path):
     assert not os.path.exists(out)
 
 
+@on_one_backend("jax", "a command's resume: every backend's is crash safety's killed runs")
 @pytest.mark.slow
 def test_a_killed_pretraining_run_resumes_to_the_weights_of_an_unbroken_one(tmp_path):
     data = write_dataset(tmp_path / "data")

@@ -16,7 +16,7 @@ import pytest
 
 import keras_vit
 from keras_vit.training import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
-from tests.conftest import INSTALLED_BACKENDS, TINY, own_jax_compilations
+from tests.conftest import INSTALLED_BACKENDS, TINY, on_one_backend, own_jax_compilations
 
 
 class _Killed(BaseException):
@@ -131,6 +131,7 @@ def test_a_diverged_run_stops_and_keeps_its_last_good_checkpoint(tmp_path):
     assert all(np.isfinite(w).all() for w in restored.get_weights())
 
 
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_the_train_command_reports_divergence_and_writes_no_model(tmp_path):
     from keras_vit.training import Recipe, train

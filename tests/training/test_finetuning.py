@@ -10,7 +10,7 @@ import pytest
 import keras_vit
 from keras_vit.training import RECIPES, train
 from keras_vit.training.finetuning import fit_new_heads, new_heads, softmax_regression
-from tests.conftest import TINY
+from tests.conftest import TINY, on_one_backend
 
 
 @pytest.mark.backend_independent
@@ -68,6 +68,7 @@ def test_a_new_head_is_fitted_on_the_frozen_features_and_nothing_else_moves():
     assert fit_new_heads(fresh, data.batch(16), max_images=20, log=lines.append)["images"] == 32
 
 
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_finetune_reads_its_checkpoint_once_fits_the_new_head_first_and_a_resumed_run_does_not(
     trained_run, tmp_path, monkeypatch

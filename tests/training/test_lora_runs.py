@@ -12,7 +12,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.training import train
-from tests.conftest import last_json_line, run_python
+from tests.conftest import last_json_line, on_one_backend, run_python
 from tests.training.test_train_command import write_dataset
 
 
@@ -20,6 +20,7 @@ def weights_of(model):
     return {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
 
 
+@on_one_backend("jax", "the command's own work")
 @pytest.mark.slow
 def test_a_lora_finetune_trains_the_adapters_and_head_and_writes_both_models(trained_run, tmp_path):
     checkpoint = os.path.join(trained_run.folder, "model.keras")
@@ -91,6 +92,7 @@ def test_a_lora_finetune_trains_the_adapters_and_head_and_writes_both_models(tra
     )
 
 
+@on_one_backend("tensorflow", "the command's own work")
 @pytest.mark.slow
 def test_a_qlora_finetune_keeps_the_encoder_int8_and_trains_adapters_and_a_float_head(
     trained_run, tmp_path
@@ -133,6 +135,7 @@ def test_a_qlora_finetune_keeps_the_encoder_int8_and_trains_adapters_and_a_float
     np.testing.assert_allclose(adapted, merged, atol=0.05 * np.abs(merged).max())
 
 
+@on_one_backend("tensorflow", "a command's resume: every backend's is crash safety's killed runs")
 @pytest.mark.slow
 def test_a_killed_lora_finetune_resumes_with_its_adapters_bit_for_bit(trained_run, tmp_path):
     checkpoint = os.path.join(trained_run.folder, "model.keras")

@@ -13,7 +13,7 @@ import keras_vit
 from keras_vit.cli import main
 from keras_vit.models import qat_mode
 from keras_vit.training import train
-from tests.conftest import last_json_line, run_python
+from tests.conftest import last_json_line, on_one_backend, run_python
 from tests.training.test_train_command import write_dataset
 
 SHADES = (("a", 40), ("b", 120), ("c", 200))
@@ -41,6 +41,7 @@ def float_checkpoint(tmp_path_factory):
     return path
 
 
+@on_one_backend("jax", "the command's own work")
 @pytest.mark.slow
 def test_a_qat_finetune_writes_a_model_that_trained_with_the_rounding(float_checkpoint, tmp_path):
     data = write_dataset(tmp_path / "data", per_class=16, shades=SHADES)
@@ -83,6 +84,7 @@ def test_a_qat_finetune_writes_a_model_that_trained_with_the_rounding(float_chec
     assert not any(v.path.endswith("norm/gamma") for v in model.weights)
 
 
+@on_one_backend("torch", "a command's resume: every backend's is crash safety's killed runs")
 @pytest.mark.slow
 def test_a_killed_qat_finetune_resumes_bit_for_bit(float_checkpoint, tmp_path):
     data = write_dataset(tmp_path / "data", per_class=16, shades=SHADES)

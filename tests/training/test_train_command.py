@@ -14,7 +14,7 @@ from keras_vit import data as vit_data
 from keras_vit.cli import main
 from keras_vit.training.batch_norm_statistics import recompute_batch_norm_statistics
 from keras_vit.training.run_folder import read_run
-from tests.conftest import evaluated_accuracy
+from tests.conftest import evaluated_accuracy, on_one_backend
 
 
 def write_dataset(root, per_class=48, shades=(("dark", 40), ("light", 200))):
@@ -74,6 +74,7 @@ def history_epochs(out):
         return [int(row["epoch"]) for row in csv.DictReader(f)]
 
 
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_train_writes_the_run_and_evaluate_predict_use_it(
     trained_run, image_folder, tmp_path, capsys
@@ -238,6 +239,7 @@ def test_predict_rejects_files_that_are_not_images(trained_run, tmp_path, capsys
     assert f"{bad}: not a JPEG/PNG/GIF/BMP/WebP image" in capsys.readouterr().err
 
 
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_a_recipe_with_patch_dropout_trains_the_model_on_part_of_its_tokens(tmp_path):
     import dataclasses
