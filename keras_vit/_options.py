@@ -6,7 +6,8 @@ command's option (``--batch-size``, ``Received: --batch-size 0``): the command
 says which option each argument is (`options_named`, read from its parser,
 whose training options the settings' fields define), and nothing rewrites a
 message afterwards. Also the command line's value types (`positive_int`, ...),
-which the settings' fields name. Standard library only: every part may use it.
+which the settings' fields name, and another library's error in one line
+(`first_line`). Standard library only: every part may use it.
 """
 
 import argparse
@@ -15,6 +16,28 @@ import contextvars
 
 # {argument: option} of the command that runs, or None from Python.
 _OPTIONS = contextvars.ContextVar("keras_vit_options", default=None)
+
+
+def first_line(error, limit=300):
+    """Another library's error (or message) in one line, for a message of ours.
+
+    Its first line, cut at a word boundary past `limit` characters; an error
+    without a message gives its type's name.
+
+    Example:
+
+    >>> first_line(OSError("Unable to open file\\n  (truncated: eof = 96)"))
+    'Unable to open file'
+    >>> first_line(KeyError())
+    'KeyError'
+    """
+    message = str(error).strip()
+    if not message:
+        return type(error).__name__ if isinstance(error, BaseException) else ""
+    line = message.splitlines()[0]
+    if len(line) <= limit:
+        return line
+    return line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 @contextlib.contextmanager

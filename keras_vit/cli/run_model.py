@@ -2,6 +2,8 @@
 
 import os
 
+from keras_vit import _options
+
 
 def load_run_model(path, classifier=True):
     """`(model, class_names)` of a `.keras` file, or a `ValueError` naming the real cause.
@@ -29,8 +31,9 @@ def load_run_model(path, classifier=True):
     try:
         model = keras.models.load_model(path)
     except (ValueError, TypeError, KeyError, OSError, zipfile.BadZipFile) as error:
-        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{path} could not be loaded as a Keras model: {cause}") from None
+        raise ValueError(
+            f"{path} could not be loaded as a Keras model: {_options.first_line(error)}"
+        ) from None
     if classifier and (
         len(model.outputs) != 1
         or len(model.outputs[0].shape) != 2

@@ -4,14 +4,6 @@ from keras_vit import _options
 from keras_vit.data.pipeline import Dataset, limited, make_pipeline
 
 
-def _first_line(text, limit=300):
-    """The first line of a message, shortened at a word boundary."""
-    line = str(text).strip().splitlines()[0] if str(text).strip() else ""
-    if len(line) <= limit:
-        return line
-    return line[:limit].rsplit(" ", 1)[0] + " ..."
-
-
 def check_tfds_name(name):
     """Fails at once, without network, for a name TFDS does not know."""
     import tensorflow_datasets as tfds
@@ -65,7 +57,7 @@ def from_tfds(name, split="train", data_dir=None, download=False, **kwargs):
             f"TFDS dataset {name!r} ({split}) could not be read from "
             f"{data_dir or '~/tensorflow_datasets'}"
             + (" or downloaded" if download else "")
-            + f" ({type(error).__name__}: {_first_line(error)}). Prepare it on a "
+            + f" ({type(error).__name__}: {_options.first_line(error)}). Prepare it on a "
             f"machine with internet access (`tfds build {name}`) and copy the "
             f"data directory here, then pass it as {_options.name('data_dir')}."
         ) from error

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from keras_vit import _options
 from keras_vit.export import artefacts, checks
 
 
@@ -79,12 +80,6 @@ def open_export(path, num_threads=None):
     }[kind](path, kind, checks.cpu_threads(num_threads))
 
 
-def _cause(error):
-    """A runtime's error in one line: its message's first, else its type's name."""
-    message = str(error).strip()
-    return message.splitlines()[0] if message else type(error).__name__
-
-
 class _Export:
     """The face every export shares; each runtime fills in `_run` and the shapes."""
 
@@ -126,7 +121,7 @@ class _ONNXRuntime(_Export):
             )
         except Exception as error:  # onnxruntime's own exception types
             raise ValueError(
-                f"{path!r} is not an ONNX model ONNX Runtime can load: {_cause(error)}"
+                f"{path!r} is not an ONNX model ONNX Runtime can load: {_options.first_line(error)}"
             ) from None
         super().__init__(path, kind, artefacts.read_metadata(path, "onnx"))
         (feed,) = self._session.get_inputs()
@@ -150,7 +145,7 @@ class _SavedModel(_Export):
             self._loaded = tf.saved_model.load(version)
         except Exception as error:  # TensorFlow's and protobuf's own exception types
             raise ValueError(
-                f"{version!r} is not a SavedModel TensorFlow can load: {_cause(error)}"
+                f"{version!r} is not a SavedModel TensorFlow can load: {_options.first_line(error)}"
             ) from None
         if "serving_default" not in self._loaded.signatures:
             raise ValueError(
