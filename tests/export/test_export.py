@@ -472,11 +472,8 @@ def test_onnx_of_every_function_runs_in_onnx_runtime_and_agrees_with_keras(tmp_p
         np.testing.assert_allclose(served, expected, atol=1e-4, rtol=0, err_msg=function)
 
 
-@pytest.mark.skipif(
-    BACKEND == "torch",
-    reason="the command is the same on every backend; "
-    "torch's exports (rebuilt on TensorFlow) are the tests above",
-)
+# torch's and JAX's exports (rebuilt on TensorFlow, or jax2tf's SavedModel) are the tests above.
+@on_one_backend("tensorflow", "the command's own work")
 def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion, tmp_path, capsys):
     from keras_vit.cli import main
 
