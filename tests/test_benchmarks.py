@@ -126,7 +126,11 @@ def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
     assert ("GEMM 128^3 bfloat16", "framework") in measured
     assert ("GEMM 128^3 float32", "framework") not in measured
     training = measured[("training tiny bf16", "keras_vit")]
-    assert training["images_per_second"] > 0 and training["gflops"] > 0
+    # Its GFLOP/s are its own rate times the tiny model's training FLOPs.
+    task = {"task": "training", **throughput.GPU_QUICK["training"]}
+    assert training["gflops"] == pytest.approx(
+        training["images_per_second"] * throughput.flops_per_image(task) / 1e9
+    )
     assert {r["measurement"] for r in results} <= {"GEMM 128^3 bfloat16", "training tiny bf16"}
     assert "| measurement | library | backend |" in capsys.readouterr().out
 

@@ -20,6 +20,7 @@ from keras_vit.layers.position_embedding import (
 from keras_vit.layers.projection import Projection
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.restore_masked_tokens import RestoreMaskedTokens
+from keras_vit.layers.rotary_position_embedding import RotaryPositionEmbedding2D
 from keras_vit.layers.select_tokens import SelectTokens
 from keras_vit.layers.stochastic_depth import StochasticDepth
 from keras_vit.layers.token_merging_block import TokenMergingBlock, bipartite_merge
@@ -44,6 +45,7 @@ __all__ = [
     "QuantizationAwareDense",
     "RegisterTokens",
     "RestoreMaskedTokens",
+    "RotaryPositionEmbedding2D",
     "SelectTokens",
     "StochasticDepth",
     "TokenMergingBlock",

@@ -1,0 +1,119 @@
+"""Two-dimensional rotary position embedding (RoPE), as DINOv3 computes it."""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class RotaryPositionEmbedding2D(keras.layers.Layer):
+    """Rotates the patch tokens' queries and keys by their place on the patch grid.
+
+    DINOv3's position scheme (Siméoni et al., 2025): no table is added to
+    the tokens; inside each attention, every patch token's query and key
+    are rotated by angles that grow with the token's row and column, so
+    their product depends on how far apart two patches are. The grid is
+    read at each call, so one model takes any resolution with nothing to
+    resample. A patch's centre is placed in [-1, 1] along each axis
+    (`(i + 0.5) / rows * 2 - 1`). A head's channels turn in pairs half a
+    head apart (`rotate_half` in the reference): those of its first and
+    third quarters with the row, those of its second and fourth with the
+    column, at frequencies `base ** -(4 k / head_dim)`, `k < head_dim / 4`.
+    The tokens before the patches (class token, registers) are left as
+    they are.
+
+    The rotation is the trained model's alone: DINOv3 jitters the
+    coordinates while it trains (`pos_embed_shift`, `_jitter`, `_rescale`)
+    and a checkpoint does not need them to run.
+
+    Args:
+        head_dim: the width of one attention head; a multiple of 4.
+        base: the base of the frequencies (DINOv3's `rope_theta`: 100).
+        num_prefix_tokens: the tokens before the patches, not rotated.
+        **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
+
+    Call arguments:
+        query, key: `(batch, tokens, heads, head_dim)`, the patches last,
+            row by row.
+        grid: `(rows, columns)` of the patch grid; `tokens` must be
+            `num_prefix_tokens + rows * columns`.
+
+    Returns:
+        The rotated `(query, key)`, of their shapes.
+
+    Example:
+
+    >>> rope = RotaryPositionEmbedding2D(head_dim=8, num_prefix_tokens=1)
+    >>> query = keras.ops.ones((2, 1 + 3 * 4, 2, 8))
+    >>> rotated, _ = rope(query, query, grid=(3, 4))
+    >>> tuple(rotated.shape)
+    (2, 13, 2, 8)
+    """
+
+    def __init__(self, head_dim, base=100.0, num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim % 4:
+            raise ValueError(
+                f"`head_dim` must be a positive multiple of 4 (a quarter of a head's "
+                f"channels turns with each axis' sine and cosine). Received: head_dim={head_dim!r}"
+            )
+        if head_dim <= 0:
+            raise ValueError(f"`head_dim` must be positive. Received: head_dim={head_dim!r}")
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+            raise ValueError(f"`base` must be a number above 1. Received: base={base!r}")
+        if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int):
+            raise TypeError(
+                "`num_prefix_tokens` must be a whole number. "
+                f"Received: num_prefix_tokens={num_prefix_tokens!r}"
+            )
+        if num_prefix_tokens < 0:
+            raise ValueError(
+                "`num_prefix_tokens` must be 0 or more. "
+                f"Received: num_prefix_tokens={num_prefix_tokens!r}"
+            )
+        self.head_dim = head_dim
+        self.base = float(base)
+        self.num_prefix_tokens = num_prefix_tokens
+
+    def angles(self, grid):
+        """The `(rows * columns, head_dim)` angles of the patches of `grid`, float32."""
+        rows, columns = grid
+        # The reference's `base ** arange(0, 1, 4 / head_dim)`, in float32.
+        exponents = ops.arange(self.head_dim // 4, dtype="float32") * (4.0 / self.head_dim)
+        frequencies = 1.0 / ops.power(ops.cast(self.base, "float32"), exponents)
+
+        def centres(count):
+            count = ops.cast(count, "float32")
+            return 2.0 * ((ops.arange(0, count, dtype="float32") + 0.5) / count) - 1.0
+
+        row_of = ops.repeat(centres(rows), columns)  # row by row, as the patches
+        column_of = ops.tile(centres(columns), [rows])
+        coordinates = ops.stack([row_of, column_of], axis=-1)  # (patches, 2)
+        turns = 2 * math.pi * coordinates[:, :, None] * frequencies[None, None, :]
+        half = ops.reshape(turns, (-1, self.head_dim // 2))
+        return ops.concatenate([half, half], axis=-1)
+
+    def call(self, query, key, grid):
+        angles = self.angles(grid)[:, None, :]  # (patches, 1 head axis, head_dim)
+        cos = ops.cast(ops.cos(angles), query.dtype)
+        sin = ops.cast(ops.sin(angles), query.dtype)
+
+        def rotated(x):
+            prefix, patches = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
+            first, second = ops.split(patches, 2, axis=-1)
+            turned = ops.concatenate([-second, first], axis=-1)
+            return ops.concatenate([prefix, patches * cos + turned * sin], axis=1)
+
+        return rotated(query), rotated(key)
+
+    def compute_output_shape(self, query_shape, key_shape, grid=None):
+        return query_shape, key_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "head_dim": self.head_dim,
+            "base": self.base,
+            "num_prefix_tokens": self.num_prefix_tokens,
+        }
