@@ -36,8 +36,10 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
     Call arguments:
         query, key: `(batch, tokens, heads, head_dim)`, the patches last,
             row by row.
-        grid: `(rows, columns)` of the patch grid; `tokens` must be
-            `num_prefix_tokens + rows * columns`.
+        grid: `(rows, columns)` of the patch grid, or the patch grid
+            itself (`(batch, rows, columns, channels)`, as
+            `PositionEmbedding` takes it: its size may be known only at
+            run time); `tokens` must be `num_prefix_tokens + rows * columns`.
 
     Returns:
         The rotated `(query, key)`, of their shapes.
@@ -78,7 +80,7 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
 
     def angles(self, grid):
         """The `(rows * columns, head_dim)` angles of the patches of `grid`, float32."""
-        rows, columns = grid
+        rows, columns = ops.shape(grid)[1:3] if len(getattr(grid, "shape", ())) == 4 else grid
         # The reference's `base ** arange(0, 1, 4 / head_dim)`, in float32.
         exponents = ops.arange(self.head_dim // 4, dtype="float32") * (4.0 / self.head_dim)
         frequencies = 1.0 / ops.power(ops.cast(self.base, "float32"), exponents)

@@ -46,6 +46,10 @@ def test_rotations_are_dinov3s_on_every_grid(grid):
     ours = [keras.ops.convert_to_numpy(x) for x in rope(query, key, grid=grid)]
     for got, expected in zip(ours, reference(query, key, grid)):
         np.testing.assert_allclose(got, expected, atol=2e-6)
+    # The patch grid itself gives the same rotation.
+    patches = np.zeros((2, *grid, 3), "float32")
+    for got, given in zip(ours, rope(query, key, grid=patches)):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(given), got)
     # The class token and the registers are left as they are; the patches turn
     # (all but one at the grid's centre, where both coordinates are 0).
     np.testing.assert_array_equal(ours[0][:, :PREFIX], query[:, :PREFIX])
