@@ -216,7 +216,7 @@ def claim(group):
 def pytest_runtestloop(session):
     if CLAIMS is None or session.config.option.collectonly:
         return None  # pytest's own loop: every collected test
-    if session.testsfailed:
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
     claimed = (group for group in work_groups(session.items) if claim(group))
     group = next(claimed, None)
