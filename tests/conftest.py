@@ -165,14 +165,8 @@ CLAIMS = (
 )
 
 
-class WorkGroup(typing.NamedTuple):
-    key: str  # unique in the run: who may claim it, and what it holds
-    items: list
-    weight: int
-
-
 def work_groups(items):
-    """The groups of `items` this process may claim, in the order it tries them.
+    """`(key, items)` of each group of `items` this process may claim, in the order it tries them.
 
     Its backend's tests go by module (a module's fixtures are made once),
     heaviest first (a test weighs 1, a slow one 10); then the tests that
@@ -182,29 +176,30 @@ def work_groups(items):
     artifact come last in each kind, by when it is made
     (`start_making_shared_artifacts`).
     """
-    readers = {module for module, _ in ARTIFACT_MAKERS.values()}
     groups = {}
     for item in items:
-        weight = 10 if item.get_closest_marker("slow") else 1
+        # A key is unique in the run: who may claim the group, and what it holds.
         if item.get_closest_marker("backend_independent"):
             key = f"any:{item.nodeid}"
         else:
             key = f"{BACKEND}:{item.path}"
-        group = groups.setdefault(key, WorkGroup(key, [], 0))
-        group.items.append(item)
-        groups[key] = group._replace(weight=group.weight + weight)
-    return sorted(
-        groups.values(),
-        key=lambda g: (g.key.startswith("any:"), str(g.items[0].path) in readers, -g.weight),
-    )
+        groups.setdefault(key, []).append(item)
+    readers = artifact_readers()
+
+    def order(group):
+        key, members = group
+        weight = sum(10 if item.get_closest_marker("slow") else 1 for item in members)
+        return key.startswith("any:"), str(members[0].path) in readers, -weight
+
+    return sorted(groups.items(), key=order)
 
 
-def claim(group):
-    """Whether this process is the first to ask for `group` (then it runs it)."""
+def claim(key):
+    """Whether this process is the first to ask for the group `key` (then it runs it)."""
     import hashlib
 
     os.makedirs(CLAIMS, exist_ok=True)
-    path = os.path.join(CLAIMS, hashlib.sha1(group.key.encode()).hexdigest())
+    path = os.path.join(CLAIMS, hashlib.sha1(key.encode()).hexdigest())
     try:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
@@ -218,16 +213,16 @@ def pytest_runtestloop(session):
         return None  # pytest's own loop: every collected test
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
-    claimed = (group for group in work_groups(session.items) if claim(group))
+    claimed = (members for key, members in work_groups(session.items) if claim(key))
     group = next(claimed, None)
     while group is not None:
         following = None
-        for index, item in enumerate(group.items):
-            if index + 1 < len(group.items):
-                next_item = group.items[index + 1]
+        for index, item in enumerate(group):
+            if index + 1 < len(group):
+                next_item = group[index + 1]
             else:  # the next group is claimed now, so fixtures it shares stay up
                 following = next(claimed, None)
-                next_item = following.items[0] if following else None
+                next_item = following[0] if following else None
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=next_item)
             if session.shouldfail:
                 raise session.Failed(session.shouldfail)
@@ -240,7 +235,7 @@ def pytest_runtestloop(session):
 def pytest_collection_modifyitems(config, items):
     # The tests that read a shared artifact run last, by when the first suite
     # has made it (`start_making_shared_artifacts`); each module stays whole.
-    readers = {module for module, _ in ARTIFACT_MAKERS.values()}
+    readers = artifact_readers()
     items.sort(key=lambda item: str(item.path) in readers)
 
 
@@ -273,6 +268,11 @@ TINY = dict(
 
 # name -> (the file of the tests that read it, its `make`): `artifact_maker`.
 ARTIFACT_MAKERS = {}
+
+
+def artifact_readers():
+    """The test modules that read a shared artifact (`artifact_maker`)."""
+    return {module for module, _ in ARTIFACT_MAKERS.values()}
 
 
 def artifact_maker(name, module):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keras_vit.models import flop_count
-from tests.conftest import BACKEND, load_benchmark, randomize_weights
+from tests.conftest import BACKEND, load_benchmark, on_one_backend, randomize_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A one-block ViT for the benchmarks' model-level helpers.
@@ -104,7 +104,7 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
         assert f"{peer} is not installed" in table
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="one backend is enough: the benchmark's own code")
+@on_one_backend("torch", "the benchmark's own code")
 @pytest.mark.slow
 def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
     # Without a GPU it measures the CPU (no device, so no MFU): the bf16
@@ -143,7 +143,7 @@ def test_model_flops_utilisation_uses_the_devices_bf16_peak():
     assert throughput.bf16_peak("cpu") is None
 
 
-@pytest.mark.skipif(BACKEND != "torch", reason="one backend is enough: the benchmark's own code")
+@on_one_backend("torch", "the benchmark's own code")
 @pytest.mark.slow
 def test_rounds_alternate_and_report_each_rows_median(tmp_path, capsys):
     throughput = load_benchmark("throughput")
@@ -322,7 +322,7 @@ def test_float_blocks_keeps_the_worst_blocks_dense_layers_in_float(tmp_path):
 
 
 # `quantize` on each backend is tests/models/test_keras_model_api.py's.
-@pytest.mark.skipif(BACKEND != "torch", reason="one backend is enough: the benchmark's own code")
+@on_one_backend("torch", "the benchmark's own code")
 def test_exports_scores_keras_own_quantization_beside_the_float_model(tmp_path):
     import keras_vit
 
@@ -421,12 +421,9 @@ def test_distillation_quick_run_trains_the_teacher_and_reports_each_student(tmp_
     assert "| ViT small/4 hard+token |" in done.stdout
 
 
+@on_one_backend("jax", "the benchmark's own code (it runs on JAX and TensorFlow)")
 @pytest.mark.slow
 def test_run_time_resolution_quick_run_times_both_models_and_checks_they_agree(tmp_path):
-    if BACKEND != "jax":
-        pytest.skip(
-            "one backend is enough: the benchmark's own code (it runs on JAX and TensorFlow)"
-        )
     out = tmp_path / "resolution.json"
     done = run_benchmark(
         "run_time_resolution",

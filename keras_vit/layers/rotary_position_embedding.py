@@ -55,13 +55,16 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
 
     def __init__(self, head_dim, base=100.0, num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim % 4:
+        if (
+            isinstance(head_dim, bool)
+            or not isinstance(head_dim, int)
+            or head_dim <= 0
+            or head_dim % 4
+        ):
             raise ValueError(
                 f"`head_dim` must be a positive multiple of 4 (a quarter of a head's "
                 f"channels turns with each axis' sine and cosine). Received: head_dim={head_dim!r}"
             )
-        if head_dim <= 0:
-            raise ValueError(f"`head_dim` must be positive. Received: head_dim={head_dim!r}")
         if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
             raise ValueError(f"`base` must be a number above 1. Received: base={base!r}")
         if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int):
