@@ -75,13 +75,14 @@ def run(args):
     except (ValueError, TypeError) as error:
         raise SystemExit(f"keras-vit convert: {error}") from None
     from keras_vit.models import encoder_blocks
+    from keras_vit.weights import block_tokens
 
     os.makedirs(os.path.dirname(os.path.abspath(args.destination)), exist_ok=True)
     model.save(args.destination, overwrite=True)
     blocks = encoder_blocks(model)
     print(
         f"{args.source} -> {args.destination}: {len(blocks)} blocks, width "
-        f"{blocks[0].input.shape[-1]}, {blocks[0].num_heads} heads, input "
+        f"{block_tokens(blocks[0]).shape[-1]}, {blocks[0].num_heads} heads, input "
         f"{model.input_shape[1:]}, output {model.output_shape[1:]}, "
         f"{model.count_params():,} parameters"
     )

@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from keras_vit.models.anatomy import default_image_size, encoder_blocks, patch_pixels
+from keras_vit.weights import block_tokens
 
 
 def token_layout(model, image_size=None):
@@ -27,12 +28,14 @@ def token_layout(model, image_size=None):
         ValueError: `model` is not a ViT built by keras_vit.
     """
     names = {layer.name for layer in getattr(model, "layers", ())}
-    if "position_embedding" not in names or not any(n.startswith("encoderblock_") for n in names):
+    positions = names & {"position_embedding", "rotary_embedding"}
+    if not positions or not any(n.startswith("encoderblock_") for n in names):
         raise ValueError(
             f"{getattr(model, 'name', model)!r} is not a ViT built by keras_vit (it has no "
-            "position_embedding and encoderblock_N layers); the inspection reads those."
+            "position_embedding (or rotary_embedding) and encoderblock_N layers); the "
+            "inspection reads those."
         )
-    positions = model.get_layer("position_embedding")
+    positions = model.get_layer(positions.pop())
     patch = patch_pixels(model)
     if image_size is None:
         image_size = default_image_size(model)
@@ -43,8 +46,8 @@ def token_layout(model, image_size=None):
         feature_size = model.get_layer("stem").output_size(feature_size)
     cut = model.get_layer("patch_embedding").patch_size
     grid = tuple(side // size for side, size in zip(feature_size, cut))
-    prefix = positions.num_prefix_tokens
-    if any(layer.name == "register_tokens" for layer in model.layers):
+    prefix = positions.num_prefix_tokens  # (the rotation's counts the registers too)
+    if positions.name == "position_embedding" and "register_tokens" in names:
         prefix += model.get_layer("register_tokens").num_tokens
     return prefix, grid, patch
 
@@ -61,7 +64,7 @@ def block_inputs_model(model):
     """
     blocks = encoder_blocks(model)
     return keras.Model(
-        model.inputs, [block.input for block in blocks], name=f"{model.name}_block_inputs"
+        model.inputs, [block_tokens(block) for block in blocks], name=f"{model.name}_block_inputs"
     )
 
 
@@ -103,11 +106,17 @@ def attention_maps(model, images, batch_size=32):
     inputs = block_inputs_model(model).predict(images, batch_size=batch_size, verbose=0)
     if not isinstance(inputs, (list, tuple)):
         inputs = [inputs]
+    rotated = {}  # (the rotation of the images' grid, as the model hands it to each block)
+    if any(layer.name == "rotary_embedding" for layer in model.layers):
+        _, grid, _ = token_layout(model, images.shape[1:3])
+        rotated["rotation"] = model.get_layer("rotary_embedding")(grid=grid)
     maps = []
     for block, tokens in zip(blocks, inputs):
         scores = [
             keras.ops.convert_to_numpy(
-                block(tokens[start : start + batch_size], return_attention_scores=True)[1]
+                block(tokens[start : start + batch_size], return_attention_scores=True, **rotated)[
+                    1
+                ]
             )
             for start in range(0, len(tokens), batch_size)
         ]

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit.layers import fake_quantization
 from keras_vit.layers.projection import Projection
+from keras_vit.layers.rotary_position_embedding import rotate
 from keras_vit.ops.attention import fused_attention, fused_attention_kernel_available
 from keras_vit.ops.switch import fast_kernels_enabled
 
@@ -96,6 +97,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         training: bool, whether attention dropout is active.
         return_attention_scores: bool, whether to also return the attention
             probabilities.
+        rotation: `None`, or the rotation of a `RotaryPositionEmbedding2D`
+            (`(2, num_tokens, head_dim)`) that turns the queries and keys
+            by their tokens' positions (DINOv3).
 
     Returns:
         Tokens of the shape of `inputs`; with `return_attention_scores=True`,
@@ -215,8 +219,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.qkv.assign_loaded(store["0"], biases[0])
         self.out.assign_loaded(store["1"], biases[1])
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, training=None, return_attention_scores=False, rotation=None):
         query, key, value = self.project(inputs)
+        if rotation is not None:
+            query, key = rotate(query, rotation), rotate(key, rotation)
         use_dropout = bool(training) and self.dropout > 0
         explicit = return_attention_scores or use_dropout or self.qat is not None
         if explicit or not (fast_kernels_enabled() and fused_attention_kernel_available()):
@@ -301,7 +307,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+    def compute_output_spec(
+        self, inputs, training=None, return_attention_scores=False, rotation=None
+    ):
         return attention_output_spec(self, inputs, return_attention_scores)
 
     def get_config(self):

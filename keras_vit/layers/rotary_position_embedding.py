@@ -27,6 +27,12 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
     coordinates while it trains (`pos_embed_shift`, `_jitter`, `_rescale`)
     and a checkpoint does not need them to run.
 
+    The layer makes the rotation once per image size (`call(grid)`: the
+    cosines and sines of every token's angles, a prefix token's being 0);
+    every attention of the model applies it to its queries and keys
+    (`rotate`), as DINOv3's model computes its `position_embeddings` once
+    and hands them to each layer.
+
     Args:
         head_dim: the width of one attention head; a multiple of 4.
         base: the base of the frequencies (DINOv3's `rope_theta`: 100).
@@ -34,22 +40,23 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
-        query, key: `(batch, tokens, heads, head_dim)`, the patches last,
-            row by row.
-        grid: `(rows, columns)` of the patch grid, or the patch grid
-            itself (`(batch, rows, columns, channels)`, as
+        grid: the patch grid (`(batch, rows, columns, channels)`, as
             `PositionEmbedding` takes it: its size may be known only at
-            run time); `tokens` must be `num_prefix_tokens + rows * columns`.
+            run time), or its `(rows, columns)`.
 
     Returns:
-        The rotated `(query, key)`, of their shapes.
+        The rotation, `(2, num_prefix_tokens + rows * columns, head_dim)`
+        float32: the cosines, then the sines, for tokens laid out as the
+        prefix tokens, then the patches row by row.
 
     Example:
 
     >>> rope = RotaryPositionEmbedding2D(head_dim=8, num_prefix_tokens=1)
-    >>> query = keras.ops.ones((2, 1 + 3 * 4, 2, 8))
-    >>> rotated, _ = rope(query, query, grid=(3, 4))
-    >>> tuple(rotated.shape)
+    >>> rotation = rope(grid=(3, 4))
+    >>> tuple(rotation.shape)
+    (2, 13, 8)
+    >>> query = keras.ops.ones((2, 13, 2, 8))  # (batch, tokens, heads, head_dim)
+    >>> tuple(rotate(query, rotation).shape)
     (2, 13, 2, 8)
     """
 
@@ -88,9 +95,9 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
         exponents = ops.arange(self.head_dim // 4, dtype="float32") * (4.0 / self.head_dim)
         frequencies = 1.0 / ops.power(ops.cast(self.base, "float32"), exponents)
 
-        def centres(count):
-            count = ops.cast(count, "float32")
-            return 2.0 * ((ops.arange(0, count, dtype="float32") + 0.5) / count) - 1.0
+        def centres(count):  # (count: an int, or a tensor where the grid is known at run time)
+            places = ops.cast(ops.arange(count), "float32") + 0.5
+            return 2.0 * (places / ops.cast(count, "float32")) - 1.0
 
         row_of = ops.repeat(centres(rows), columns)  # row by row, as the patches
         column_of = ops.tile(centres(columns), [rows])
@@ -99,21 +106,15 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
         half = ops.reshape(turns, (-1, self.head_dim // 2))
         return ops.concatenate([half, half], axis=-1)
 
-    def call(self, query, key, grid):
-        angles = self.angles(grid)[:, None, :]  # (patches, 1 head axis, head_dim)
-        cos = ops.cast(ops.cos(angles), query.dtype)
-        sin = ops.cast(ops.sin(angles), query.dtype)
+    def call(self, grid):
+        angles = self.angles(grid)
+        angles = ops.pad(angles, [[self.num_prefix_tokens, 0], [0, 0]])  # angle 0: unturned
+        return ops.stack([ops.cos(angles), ops.sin(angles)])
 
-        def rotated(x):
-            prefix, patches = x[:, : self.num_prefix_tokens], x[:, self.num_prefix_tokens :]
-            first, second = ops.split(patches, 2, axis=-1)
-            turned = ops.concatenate([-second, first], axis=-1)
-            return ops.concatenate([prefix, patches * cos + turned * sin], axis=1)
-
-        return rotated(query), rotated(key)
-
-    def compute_output_shape(self, query_shape, key_shape, grid=None):
-        return query_shape, key_shape
+    def compute_output_shape(self, grid_shape):
+        rows, columns = grid_shape[1:3] if len(grid_shape) == 4 else (None, None)
+        tokens = None if None in (rows, columns) else self.num_prefix_tokens + rows * columns
+        return (2, tokens, self.head_dim)
 
     def get_config(self):
         return {
@@ -122,3 +123,17 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
             "base": self.base,
             "num_prefix_tokens": self.num_prefix_tokens,
         }
+
+
+def rotate(x, rotation):
+    """`x` (`(batch, tokens, heads, head_dim)`) turned by a `RotaryPositionEmbedding2D` rotation.
+
+    Each pair of channels half a head apart turns by its token's angle
+    (transformers' `x * cos + rotate_half(x) * sin`); a prefix token's
+    angle is 0, which leaves it exactly as it is.
+    """
+    x = ops.convert_to_tensor(x)
+    cos = ops.cast(rotation[0], x.dtype)[:, None, :]  # (tokens, 1 head axis, head_dim)
+    sin = ops.cast(rotation[1], x.dtype)[:, None, :]
+    first, second = ops.split(x, 2, axis=-1)
+    return x * cos + ops.concatenate([-second, first], axis=-1) * sin

@@ -62,6 +62,8 @@ class TransformerBlock(keras.layers.Layer):
         training: bool, whether dropout and stochastic depth are active.
         return_attention_scores: bool, whether to also return the attention
             probabilities `(batch, num_heads, num_tokens, num_tokens)`.
+        rotation: `None`, or a `RotaryPositionEmbedding2D`'s rotation of
+            the queries and keys (`MultiHeadSelfAttention`).
 
     Returns:
         Tokens of the shape of `inputs`, or `(tokens, probabilities)`.
@@ -210,9 +212,9 @@ class TransformerBlock(keras.layers.Layer):
         )
         return [(layer.seed_generator, count) for layer, rate, count in uses if rate]
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, training=None, return_attention_scores=False, rotation=None):
         if not (self.remat and training) or return_attention_scores:
-            return self._forward(inputs, training, return_attention_scores)
+            return self._forward(inputs, training, return_attention_scores, rotation)
         # The seeds are drawn here, once: a recomputation that drew its own
         # would drop other units than the forward pass did (TensorFlow and
         # PyTorch run the function again), or leak the seeds' new state out
@@ -221,13 +223,18 @@ class TransformerBlock(keras.layers.Layer):
 
         def forward(tokens):
             with _replaying(drawn):
-                return self._forward(tokens, True, False)
+                return self._forward(tokens, True, False, rotation)
 
         return keras.remat(forward)(inputs)
 
-    def _forward(self, inputs, training, return_attention_scores):
+    def _forward(self, inputs, training, return_attention_scores, rotation=None):
         x = self.attention_norm(inputs)
-        x = self.attention(x, training=training, return_attention_scores=return_attention_scores)
+        x = self.attention(
+            x,
+            training=training,
+            return_attention_scores=return_attention_scores,
+            rotation=rotation,
+        )
         if return_attention_scores:
             x, scores = x
         x = self.dropout(x, training=training)
@@ -253,7 +260,9 @@ class TransformerBlock(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, inputs, training=None, return_attention_scores=False):
+    def compute_output_spec(
+        self, inputs, training=None, return_attention_scores=False, rotation=None
+    ):
         return attention_output_spec(self, inputs, return_attention_scores)
 
     def get_config(self):

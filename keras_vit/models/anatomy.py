@@ -31,6 +31,14 @@ def default_image_size(model):
     size = image_shape(model)[:2]
     if None not in size:
         return size
+    if not any(layer.name == "position_embedding" for layer in model.layers):
+        positions = getattr(model, "parts", {}).get("positions")
+        if positions is None:  # (a graph's rotary model: no table, no size of its own)
+            raise ValueError(
+                f"Model {model.name!r} takes images of any size and has no position table "
+                "to tell a default one (rotary positions): pass the image size."
+            )
+        return positions.table_size(model.parts["image"])
     grid = model.get_layer("position_embedding").grid_size
     return tuple(g * p for g, p in zip(grid, patch_pixels(model)))
 

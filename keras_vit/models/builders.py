@@ -129,7 +129,13 @@ def ViT(
             `"max_pool"` (stride-1 convolutions, each followed by 2×2 max
             pooling: a small CNN's stages as the stem), or one of them per
             stem convolution (e.g. a strided first stage before pooled ones).
-        position_embedding: `"learned"` or `"sincos2d"` (fixed).
+        position_embedding: `"learned"` or `"sincos2d"` (fixed), tables added
+            to the tokens; or `"rope"`: no table, every attention turns its
+            queries and keys by their patches' places (DINOv3's 2-D rotary
+            embedding, any resolution with nothing to resample; the
+            checkpoint's with a DINOv3 file).
+        rope_base: the base of the rotary frequencies (DINOv3's
+            `rope_theta`, 100), with `position_embedding="rope"`.
         dropout_rate: float, dropout after the embeddings and in the blocks.
         attention_dropout_rate: float, dropout on attention probabilities.
         drop_path_rate: float, stochastic depth rate of the last block,

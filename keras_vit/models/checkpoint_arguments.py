@@ -44,6 +44,8 @@ ENCODER_FUNCTION = (
     "layer_scale_init",
     "approximate_gelu",
     "layer_norm_epsilon",
+    "position_embedding",
+    "rope_base",
 )
 # The head's shape, its class count, and how (and for which image size) the
 # position table moves to other grids: the checkpoint's unless set; a set one
@@ -56,7 +58,10 @@ FROM_CHECKPOINT = frozenset(ENCODER_FUNCTION + HEAD_AND_TABLE)
 _HEADS_BY_WIDTH = {hidden_dim: heads for hidden_dim, _, heads, _ in WIDTHS.values()}
 # Tensors of architectures that keras_vit does not build (yet): loading
 # them into a plain ViT would silently change the model's outputs.
-_UNSUPPORTED = {"reg_token": "timm register tokens (timm's own position-embedding rules)"}
+_UNSUPPORTED = {
+    "reg_token": "timm register tokens (timm's own position-embedding rules)",
+    "mlp.gate_proj": "a gated (SwiGLU) MLP (DINOv3's S+ and H+)",
+}
 # What a checkpoint's tensors themselves show (token layout, LayerScale, head).
 _SHOWN_BY_TENSORS = (
     "class_token",
@@ -73,6 +78,7 @@ _KERAS_VIT_FUNCTION = (
     "layer_norm_epsilon",
     "position_embedding",
     "resample_method",
+    "rope_base",
     "pooling",
     "include_rescaling",
 )
@@ -128,21 +134,24 @@ def _shapes(path, tensors):
     if depth == 0 or "encoderblock_0/mlp_dense_1/kernel" not in shapes:
         raise ValueError(f"{path!r} has no encoder blocks.")
     class_token = "class_token/token" in shapes
-    positions = (
-        shapes["position_embedding/embeddings"].shape[1]
-        - int(class_token)
-        - int(distillation_token)
-    )
-    grid = int(round(positions**0.5))
-    if grid * grid != positions and layout != "keras_vit":  # (its config has the shape)
-        raise ValueError(f"{path!r}: {positions} position embeddings are not a square grid.")
+    input_shape = None  # (a model of rotary positions: its config's)
+    if "position_embedding/embeddings" in shapes:
+        positions = (
+            shapes["position_embedding/embeddings"].shape[1]
+            - int(class_token)
+            - int(distillation_token)
+        )
+        grid = int(round(positions**0.5))
+        if grid * grid != positions and layout != "keras_vit":  # (its config has the shape)
+            raise ValueError(f"{path!r}: {positions} position embeddings are not a square grid.")
+        input_shape = (grid * patch_h, grid * patch_w, int(channels))
     arguments = {
         "patch_size": (patch_h, patch_w) if patch_h != patch_w else int(patch_h),
         "hidden_dim": int(hidden_dim),
         "num_layers": depth,
         "num_heads": None,
         "mlp_dim": int(shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]),
-        "input_shape": (grid * patch_h, grid * patch_w, int(channels)),
+        "input_shape": input_shape,
         "class_token": class_token,
         "distillation_token": distillation_token,
         "num_register_tokens": (
@@ -190,6 +199,13 @@ def _huggingface_function(path, arguments):
         )
         if key in config
     )
+    if config.get("model_type") in huggingface.ROTARY_MODEL_TYPES:
+        size = config.get("image_size", 224)
+        size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
+        arguments["input_shape"] = (*size, int(config.get("num_channels", 3)))
+        arguments["position_embedding"] = "rope"
+        arguments["rope_base"] = float(config.get("rope_theta", 100.0))
+        recorded.update(("position_embedding", "rope_base"))
     preprocessor = read_json_beside(path, "preprocessor_config.json")
     if "image_mean" in preprocessor:
         arguments["normalization"] = (preprocessor["image_mean"], preprocessor["image_std"])
@@ -224,19 +240,22 @@ def _table_image_size(grid_size, patch_size, stem_filters, stem_strides):
 def _built_model_function(built, arguments):
     """A `VisionTransformer`'s configuration (its arguments, as built) over its shapes."""
     built = {name: _listed(value) for name, value in built.items()}
-    # The shapes' input size: the position table's grid of patches.
-    grid_pixels = arguments["input_shape"][:2]
+    # The shapes' input size: the position table's grid of patches (None: no table).
+    table_pixels = arguments["input_shape"] and arguments["input_shape"][:2]
     arguments["input_shape"] = built["input_shape"]
     if built.get("data_format") == "channels_first":  # the images' shape, channels last
         channels, *size = built["input_shape"]
         arguments["input_shape"] = (*size, channels)
-    arguments.update({name: built[name] for name in _KERAS_VIT_FUNCTION})
+    # (A file of a version before an argument: its default.)
+    arguments.update({name: built[name] for name in _KERAS_VIT_FUNCTION if name in built})
     # (A file of a version before the option pads nothing.)
     arguments["pad_to_patches"] = built.get("pad_to_patches", False)
     if built["input_shape"][0] is None:  # a model of run-time resolution: its table's size
-        arguments["base_image_size"] = built["base_image_size"] or _table_image_size(
-            grid_pixels, (1, 1), built["stem_filters"], built["stem_strides"]
-        )
+        arguments["base_image_size"] = built["base_image_size"]
+        if table_pixels and not arguments["base_image_size"]:
+            arguments["base_image_size"] = _table_image_size(
+                table_pixels, (1, 1), built["stem_filters"], built["stem_strides"]
+            )
     if built["stem_filters"] is not None:
         for name in ("stem_filters", "stem_strides", "stem_downsampling"):
             arguments[name] = built[name]
@@ -272,6 +291,9 @@ def _graph_function(configs, arguments):
     arguments["approximate_gelu"] = block.get("approximate_gelu", True)
     arguments["layer_norm_epsilon"] = block.get("layer_norm_epsilon", 1e-6)
     arguments["position_embedding"] = positions.get("kind", "learned")
+    if "rotary_embedding" in configs:
+        arguments["position_embedding"] = "rope"
+        arguments["rope_base"] = configs["rotary_embedding"]["base"]
     if "stem" in configs:
         arguments["stem_filters"] = tuple(configs["stem"]["filters"])
         arguments["stem_strides"] = tuple(configs["stem"].get("strides") or ()) or None
@@ -297,7 +319,10 @@ def _keras_vit_function(path, arguments):
     else:
         configs = checkpoints.readers.keras_layer_configs(saved, path)
         arguments = _graph_function(configs, arguments)
-    return arguments, {"approximate_gelu", "layer_norm_epsilon", "normalization"}
+    recorded = {"approximate_gelu", "layer_norm_epsilon", "normalization"}
+    if arguments.get("position_embedding") == "rope":  # (a table's kind is a choice)
+        recorded.update(("position_embedding", "rope_base"))
+    return arguments, recorded
 
 
 _FUNCTION_OF_LAYOUT = {
@@ -332,9 +357,15 @@ def file_arguments(path, num_heads=None):
         arguments["num_heads"] = config.get("num_attention_heads") or num_heads
     arguments.update(approximate_gelu=True, layer_norm_epsilon=1e-6, normalization="inception")
     arguments, recorded = _FUNCTION_OF_LAYOUT[layout](path, arguments)
+    if arguments["input_shape"] is None:
+        raise ValueError(
+            f"{path!r} has no position table, and its configs name no rotary position "
+            "scheme (a config.json of a DINOv3 model beside it) that keras_vit builds."
+        )
     recorded = recorded | set(_SHOWN_BY_TENSORS)
     arguments.setdefault("base_image_size", None)
-    arguments["base_image_size"] = arguments["base_image_size"] or arguments["input_shape"][:2]
+    if arguments["base_image_size"] is None and None not in arguments["input_shape"][:2]:
+        arguments["base_image_size"] = arguments["input_shape"][:2]
     arguments.setdefault("resample_method", source_resample_method(path))
     return layout, arguments, recorded
 

@@ -153,23 +153,23 @@ class Patches:
             image_size = stem.output_size(image_size)
         return vit_layers.patch_grid(image_size, self.patch_size, self.pad_to_patches)
 
-    def embed(self, x, stem, width, *, dynamic, round_outputs, qat, dtype):
-        """`(tokens, grid)`: the patch tokens, and the unflattened grid of a dynamic model."""
+    def embed(self, x, stem, width, *, keep_grid, round_outputs, qat, dtype):
+        """`(tokens, grid)`: the patch tokens, and their unflattened grid if `keep_grid`."""
         if stem is not None:
             x = stem(x)
         # A model of run-time resolution learns its grid when an image arrives:
-        # the position embeddings read it from the unflattened patches.
+        # the positions read it from the unflattened patches.
         patches = vit_layers.PatchEmbedding(
             self.patch_size,
             width,
-            flatten=not dynamic,
+            flatten=not keep_grid,
             pad_to_patches=self.pad_to_patches,
             qat=qat,
             round_outputs=round_outputs,
             name="patch_embedding",
             dtype=dtype,
         )(x)
-        if not dynamic:
+        if not keep_grid:
             return patches, None
         tokens = keras.layers.Reshape((-1, width), name="patch_tokens", dtype=dtype)(patches)
         return tokens, patches
@@ -231,26 +231,39 @@ class TokenLayout:
         )(x)
 
 
+# Position schemes with no table: the attentions turn queries and keys instead.
+ROTARY_KINDS = ("rope",)
+
+
 @dataclasses.dataclass(frozen=True)
 class Positions:
-    """How the tokens are told their positions: a learned or a fixed 2-D sin-cos table.
+    """How the tokens are told their positions: a table added to them, or rotations.
+
+    A learned or a fixed 2-D sin-cos table is added to the embedded tokens
+    (`PositionEmbedding`); `"rope"` adds nothing and turns every
+    attention's queries and keys by their patches' places on the grid
+    (DINOv3's 2-D rotary embedding, `RotaryPositionEmbedding2D`), which
+    takes any grid with nothing to resample.
 
     Args:
-        kind: `"learned"` or `"sincos2d"` (the configuration's
+        kind: `"learned"`, `"sincos2d"` or `"rope"` (the configuration's
             `position_embedding`).
         base_image_size: int or `(height, width)`, the image size a model
             of run-time resolution lays its table out for (default 224);
             a fixed-size model's table is laid out for its input.
         resample_method: how the table moves to another grid:
             `"bicubic"`, `"bicubic_antialias"` or `"bilinear"`.
+        rope_base: the base of the rotary frequencies (DINOv3's
+            `rope_theta`), with `kind="rope"`.
     """
 
     kind: str = dataclasses.field(default="learned", metadata={"argument": "position_embedding"})
     base_image_size: object = None
     resample_method: str = vit_layers.position_embedding.DEFAULT_RESAMPLE_METHOD
+    rope_base: float = 100.0
 
     def __post_init__(self):
-        kinds = vit_layers.position_embedding.POSITION_EMBEDDING_KINDS
+        kinds = vit_layers.position_embedding.POSITION_EMBEDDING_KINDS + ROTARY_KINDS
         if self.kind not in kinds:
             raise ValueError(
                 f"`position_embedding` must be one of {kinds}. "
@@ -262,6 +275,14 @@ class Positions:
                 f"`resample_method` must be one of {methods}. "
                 f"Received: resample_method={self.resample_method!r}"
             )
+        base = self.rope_base
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+            raise ValueError(f"`rope_base` must be a number above 1. Received: rope_base={base!r}")
+
+    @property
+    def rotary(self):
+        """Whether the positions are rotations of queries and keys (no table)."""
+        return self.kind in ROTARY_KINDS
 
     def for_input(self, image):
         """This part for `image` (an `ImageInput`): a fixed-size model's table is its input's."""
@@ -285,6 +306,8 @@ class Positions:
 
     def add(self, x, grid_size, num_prefix_tokens, grid, dtype):
         """The position embeddings added to the tokens (resampled to `grid`'s size if given)."""
+        if self.rotary:
+            return x
         return vit_layers.PositionEmbedding(
             grid_size,
             num_prefix_tokens=num_prefix_tokens,
@@ -293,6 +316,18 @@ class Positions:
             name="position_embedding",
             dtype=dtype,
         )(x, grid=grid)
+
+    def rotation(self, grid, encoder, num_prefix_tokens, dtype):
+        """The rotation every attention applies (`None` for a table): one per image size."""
+        if not self.rotary:
+            return None
+        return vit_layers.RotaryPositionEmbedding2D(
+            encoder.hidden_dim // encoder.num_heads,
+            base=self.rope_base,
+            num_prefix_tokens=num_prefix_tokens,
+            name="rotary_embedding",
+            dtype=dtype,
+        )(grid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,8 +375,12 @@ class Encoder:
         if not isinstance(self.remat, bool):
             raise TypeError(f"`remat` must be a bool. Received: remat={self.remat!r}")
 
-    def encode(self, tokens, num_prefix_tokens, *, qat, remat_scope, dtype):
-        """Patch dropout and dropout of the embedded tokens, the blocks, the final LayerNorm."""
+    def encode(self, tokens, num_prefix_tokens, *, qat, remat_scope, dtype, rotation=None):
+        """Patch dropout and dropout of the embedded tokens, the blocks, the final LayerNorm.
+
+        `rotation`: a `RotaryPositionEmbedding2D`'s, handed to every block.
+        """
+        rotated = {} if rotation is None else {"rotation": rotation}
         x = tokens
         if self.patch_dropout_rate:
             x = vit_layers.PatchDropout(
@@ -371,7 +410,7 @@ class Encoder:
                 qat=qat,
                 name=name,
                 dtype=dtype,
-            )(x)
+            )(x, **rotated)
         return vit_layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, qat=qat, name="encoder_norm", dtype=dtype
         )(x)

@@ -6,7 +6,7 @@ from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.token_merging_block import TokenMergingBlock
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_block import TransformerBlock
-from keras_vit.weights import encoder_blocks
+from keras_vit.weights import block_tokens, encoder_blocks
 
 
 def largest_merge(num_patches, num_blocks):
@@ -68,7 +68,13 @@ def merge_tokens(model, r):
             "merge_tokens needs a model with pooling='token' (the class token's features) "
             f"and one output. Received: model {model.name!r} with pooling {mode!r}"
         )
-    num_tokens = blocks[0].input.shape[1]
+    if any(layer.name == "rotary_embedding" for layer in model.layers):
+        raise ValueError(
+            "merge_tokens averages tokens that the next block's rotary positions "
+            "(position_embedding='rope') would turn each by its own patch's place. "
+            f"Received: model {model.name!r} with a rotary_embedding layer"
+        )
+    num_tokens = block_tokens(blocks[0]).shape[1]
     if num_tokens is None:
         raise ValueError(
             "merge_tokens needs a model of a fixed input size (static token counts). "

@@ -29,9 +29,10 @@ class VisionTransformer(keras.Model):
     (`ImageInput`: shape, layout, pixel normalisation), are cut into patch
     tokens (`Patches`: patch size, optional convolutional stem), learned
     tokens are prepended (`TokenLayout`: class, distillation, registers),
-    positions are added (`Positions`: learned or sin-cos table, how it
-    resamples), the pre-norm Transformer blocks and a final LayerNorm follow
-    (`Encoder`), then pooling and the classifier (`Head`). Layers are named
+    positions are told (`Positions`: a learned or sin-cos table and how it
+    resamples, or rotations of every attention's queries and keys), the
+    pre-norm Transformer blocks and a final LayerNorm follow (`Encoder`),
+    then pooling and the classifier (`Head`). Layers are named
     after the reference implementation: `patch_embedding`, `class_token`,
     `position_embedding`, `encoderblock_{i}`, `encoder_norm`, `pooling`,
     `pre_logits`, `head`.
@@ -137,7 +138,7 @@ class VisionTransformer(keras.Model):
             x,
             stem,
             encoder.hidden_dim,
-            dynamic=image.dynamic,
+            keep_grid=image.dynamic or positions.rotary,
             round_outputs=not tokens.class_token,
             qat=qat,
             dtype=policy,
@@ -146,7 +147,15 @@ class VisionTransformer(keras.Model):
         x = positions.add(x, grid_size, tokens.num_embedded, grid, policy)
         x = model_parts.quantization_point(x, qat, "position_embedding", "steps")
         x = tokens.insert_registers(x, policy)
-        x = encoder.encode(x, tokens.num_prefix, qat=qat, remat_scope=remat_scope, dtype=policy)
+        rotation = positions.rotation(grid, encoder, tokens.num_prefix, policy)
+        x = encoder.encode(
+            x,
+            tokens.num_prefix,
+            qat=qat,
+            remat_scope=remat_scope,
+            dtype=policy,
+            rotation=rotation,
+        )
         outputs = head.apply(x, encoder, tokens, qat=qat, dtype=policy)
 
         # The functional model.
@@ -310,6 +319,12 @@ def _check_together(parts, qat):
     """The rules between parts (each part checked its own fields when it was made)."""
     image, encoder, head = parts["image"], parts["encoder"], parts["head"]
     head.check_tokens(parts["tokens"])
+    if encoder.patch_dropout_rate and parts["positions"].rotary:
+        raise ValueError(
+            "patch_dropout_rate drops patch tokens, whose rotations "
+            f"position_embedding={parts['positions'].kind!r} computes for the whole grid. "
+            f"Received: patch_dropout_rate={encoder.patch_dropout_rate!r}"
+        )
     if encoder.patch_dropout_rate and image.dynamic:
         raise ValueError(
             "patch_dropout_rate needs a fixed input size; a model of run-time "

@@ -41,6 +41,12 @@ def encoder_blocks(model):
     return blocks
 
 
+def block_tokens(block):
+    """The tokens that an encoder block of a model's graph takes (not a rotation beside them)."""
+    taken = block.input
+    return taken[0] if isinstance(taken, (list, tuple)) else taken
+
+
 def registered(weights, variant=None):
     """The registry entry that `weights=` names, `None` for a local file.
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_vit.layers import RotaryPositionEmbedding2D
+from keras_vit.layers.rotary_position_embedding import rotate
 
 HEADS, HEAD_DIM, PREFIX = 2, 16, 5  # a class token and 4 registers
 
@@ -43,13 +44,15 @@ def tokens(grid, seed):
 def test_rotations_are_dinov3s_on_every_grid(grid):
     query, key = tokens(grid, 0), tokens(grid, 1)
     rope = RotaryPositionEmbedding2D(HEAD_DIM, base=100.0, num_prefix_tokens=PREFIX)
-    ours = [keras.ops.convert_to_numpy(x) for x in rope(query, key, grid=grid)]
+    rotation = rope(grid=grid)
+    ours = [keras.ops.convert_to_numpy(rotate(x, rotation)) for x in (query, key)]
     for got, expected in zip(ours, reference(query, key, grid)):
         np.testing.assert_allclose(got, expected, atol=2e-6)
     # The patch grid itself gives the same rotation.
     patches = np.zeros((2, *grid, 3), "float32")
-    for got, given in zip(ours, rope(query, key, grid=patches)):
-        np.testing.assert_array_equal(keras.ops.convert_to_numpy(given), got)
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(rope(patches)), keras.ops.convert_to_numpy(rotation)
+    )
     # The class token and the registers are left as they are; the patches turn
     # (all but one at the grid's centre, where both coordinates are 0).
     np.testing.assert_array_equal(ours[0][:, :PREFIX], query[:, :PREFIX])
@@ -65,7 +68,8 @@ def test_a_query_meets_a_key_by_their_offset_alone():
     q = np.broadcast_to(rng.normal(size=HEAD_DIM), (1, 24, 1, HEAD_DIM)).astype("float32")
     k = np.broadcast_to(rng.normal(size=HEAD_DIM), (1, 24, 1, HEAD_DIM)).astype("float32")
     rope = RotaryPositionEmbedding2D(HEAD_DIM, num_prefix_tokens=0)
-    rq, rk = (keras.ops.convert_to_numpy(x)[0, :, 0] for x in rope(q, k, grid=grid))
+    rotation = rope(grid=grid)
+    rq, rk = (keras.ops.convert_to_numpy(rotate(x, rotation))[0, :, 0] for x in (q, k))
     logits = (rq @ rk.T).reshape(4, 6, 4, 6)
     right = [logits[r, c, r, c + 1] for r in range(4) for c in range(5)]
     down = [logits[r, c, r + 1, c] for r in range(3) for c in range(6)]

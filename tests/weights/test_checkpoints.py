@@ -62,6 +62,12 @@ elif kind == "siglip":  # no class token, a MAP head, tanh GELU, pixels in [-1, 
         intermediate_size=64, image_size=16, patch_size=4)
     model = transformers.SiglipVisionModel(config)
     transformers.SiglipImageProcessor().save_pretrained(out)
+elif kind == "dinov3":  # rotary positions, registers, LayerScale, no key bias
+    config = transformers.DINOv3ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, image_size=16, patch_size=4, layerscale_value=0.5,
+        num_register_tokens=2, rope_theta=50.0)
+    model = transformers.DINOv3ViTModel(config)
 elif kind == "mae":  # mask_ratio 0 and ordered noise: every patch, in order
     config = transformers.ViTMAEConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -88,6 +94,8 @@ if kind == "siglip":
                          intermediate_size=32, vocab_size=50, max_position_embeddings=8)))
     pair.vision_model.load_state_dict(model.state_dict())
     pair.save_pretrained(os.path.join(out, "pair"))
+if kind == "dinov3":  # transformers 5's module names (`model.layer.0...`)
+    torch.save(model.state_dict(), os.path.join(out, "state_dict.pth"))
 if kind == "model":
     # The same weights as the Hub's pickled pytorch_model.bin (Hub names),
     # and as `torch.save(model.state_dict())` (transformers 5 module names).
@@ -119,7 +127,17 @@ for size in sizes:
 with open(os.path.join(out, "info.json"), "w") as f:
     json.dump({{"eps": config.layer_norm_eps, "act": config.hidden_act}}, f)
 """
-KINDS = ("model", "classifier", "timm_like", "dinov2", "dinov2_registers", "deit", "mae", "siglip")
+KINDS = (
+    "model",
+    "classifier",
+    "timm_like",
+    "dinov2",
+    "dinov2_registers",
+    "deit",
+    "mae",
+    "siglip",
+    "dinov3",
+)
 
 
 @artifact_maker("huggingface_references", __file__)
@@ -177,6 +195,11 @@ def dinov2_registers_reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def siglip_reference(tmp_path_factory):
     return _reference(tmp_path_factory, "siglip")
+
+
+@pytest.fixture(scope="module")
+def dinov3_reference(tmp_path_factory):
+    return _reference(tmp_path_factory, "dinov3")
 
 
 def hf_model(eps, size=16, **kwargs):
@@ -370,6 +393,65 @@ def test_siglip_vision_tower_parity_pooled_and_tokens_at_two_sizes(siglip_refere
     # Its processor's pixels: mean and std 0.5, so [0, 255] -> [-1, 1].
     scale = np.asarray(from_checkpoint(path).get_layer("rescaling").scale)
     np.testing.assert_allclose(scale, 1 / (255 * np.array([0.5, 0.5, 0.5])))
+
+
+def test_dinov3_parity_pooled_and_tokens_at_any_resolution(tmp_path, dinov3_reference):
+    out, eps = dinov3_reference
+    path = os.path.join(out, "model.safetensors")
+    pooled = from_checkpoint(path, include_rescaling=False)
+    # What the file and its config say: no table, rotations of base
+    # rope_theta, registers, LayerScale, exact GELU, epsilon 1e-5.
+    names = [layer.name for layer in pooled.layers]
+    assert "position_embedding" not in names and "rotary_embedding" in names
+    assert pooled.get_layer("rotary_embedding").base == 50.0
+    assert pooled.get_layer("register_tokens").num_tokens == 2
+    block = pooled.get_layer("encoderblock_0")
+    assert (block.approximate_gelu, block.layer_norm_epsilon) == (False, eps) and eps == 1e-5
+    assert pooled.input_shape == (None, 16, 16, 3)
+    assert max_error(pooled, out, 16, "pooled") <= 1e-5
+    # Another resolution, nothing resampled; a model of any size; and the
+    # file `torch.save(model.state_dict())` writes.
+    larger = from_checkpoint(path, include_rescaling=False, input_shape=(24, 24, 3))
+    assert max_error(larger, out, 24, "pooled") <= 1e-5
+    tokens = from_checkpoint(
+        os.path.join(out, "state_dict.pth"),
+        include_rescaling=False,
+        pooling=None,
+        input_shape=(None, None, 3),
+    )
+    assert tokens.get_layer("rotary_embedding").base == 50.0
+    for size in (16, 24):
+        assert max_error(tokens, out, size, "tokens") <= 1e-5
+    # Its pixels: ImageNet's mean and std (DINOv3's processor).
+    scale = np.asarray(from_checkpoint(path).get_layer("rescaling").scale)
+    np.testing.assert_allclose(scale, 1 / (255 * np.array([0.229, 0.224, 0.225])))
+    # Saved and reloaded, it computes the same; quantized, its graph's
+    # rotation is kept (the file is the graph's).
+    images = np.load(os.path.join(out, "images_24.npy"))
+    expected = tokens.predict(images, verbose=0)
+    tokens.save(tmp_path / "dinov3.keras")
+    reloaded = keras.models.load_model(tmp_path / "dinov3.keras")
+    np.testing.assert_allclose(reloaded.predict(images, verbose=0), expected, atol=2e-6)
+    assert from_checkpoint(tmp_path / "dinov3.keras").get_layer("rotary_embedding").base == 50.0
+    tokens.quantize("int8")
+    tokens.save(tmp_path / "int8.keras")
+    quantized = keras.models.load_model(tmp_path / "int8.keras").predict(images, verbose=0)
+    assert 0 < np.abs(quantized - expected).max() < 0.1 * np.abs(expected).max()
+    # A builder given the file builds its rotations; a table contradicts it.
+    built = keras_vit.ViT(**ARCH, weights=path, include_top=False, include_rescaling=False)
+    assert max_error(built, out, 16, "pooled") <= 1e-5
+    with pytest.raises(ValueError, match=r"position_embedding='learned' contradicts"):
+        keras_vit.ViT(**ARCH, weights=path, position_embedding="learned")
+    # The larger sizes' gated MLP: refused, naming its tensor.
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(path)
+    tensors["layer.0.mlp.gate_proj.weight"] = tensors["layer.0.mlp.up_proj.weight"]
+    gated = tmp_path / "gated" / "model.safetensors"
+    gated.parent.mkdir()
+    save_file(tensors, str(gated))
+    with pytest.raises(ValueError, match=r"gated \(SwiGLU\) MLP.*'layer.0.mlp.gate_proj.weight'"):
+        from_checkpoint(gated)
 
 
 def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):

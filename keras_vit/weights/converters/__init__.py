@@ -7,7 +7,7 @@ it) to a NumPy array of that weight's shape. Each source's module has
 function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:
 
 - `official`: google-research/vision_transformer `.npz` files;
-- `huggingface`: Hugging Face ViT / DeiT / DINOv2 / ViTMAE / SigLIP vision state dicts;
+- `huggingface`: Hugging Face ViT / DeiT / DINOv2 / DINOv3 / ViTMAE / SigLIP vision state dicts;
 - `timm`: timm VisionTransformer state dicts;
 - `keras_vit`: this package's own `.keras` files.
 """
@@ -30,7 +30,11 @@ def detect_layout(tensors):
         return "timm"
     if any(
         n.endswith(
-            ("embeddings.patch_embeddings.projection.weight", "embeddings.patch_embedding.weight")
+            (
+                "embeddings.patch_embeddings.projection.weight",
+                "embeddings.patch_embedding.weight",  # SigLIP's
+                "embeddings.patch_embeddings.weight",  # DINOv3's
+            )
         )
         for n in names
     ):

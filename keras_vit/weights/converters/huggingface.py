@@ -4,13 +4,17 @@
 `Dinov2Model` (with registers, classifiers) / `ViTMAEModel`
 (`vit.encoder.layer.0.attention...`), SigLIP's vision tower
 (`SiglipVisionModel`: no class token, a MAP head;
-`vision_model.encoder.layers.0.self_attn...`), and the module names
+`vision_model.encoder.layers.0.self_attn...`), DINOv3 (`DINOv3ViTModel`:
+no position table, rotary positions, no key bias; `layer.0.attention...`),
+and the module names
 transformers >= 5 writes with `torch.save(model.state_dict())`. Their GELU,
 LayerNorm epsilon and pixel normalisation come from `config.json` and
 `preprocessor_config.json` beside the file.
 """
 
 import re
+
+import numpy as np
 
 from keras_vit.layers.position_embedding import DEFAULT_RESAMPLE_METHOD
 from keras_vit.weights.converters.common import (
@@ -34,6 +38,8 @@ _BLOCK = {
     "mlp.fc1": "mlp_dense_1",
     "output.dense": "mlp_dense_2",
     "mlp.fc2": "mlp_dense_2",
+    "mlp.up_proj": "mlp_dense_1",  # DINOv3's
+    "mlp.down_proj": "mlp_dense_2",
 }
 
 
@@ -59,6 +65,14 @@ _SIGLIP_NAMES = {
     r"\.layer_norm1\.": ".layernorm_before.",
     r"\.layer_norm2\.": ".layernorm_after.",
     r"^post_layernorm\.": "layernorm.",
+}
+
+
+# DINOv3's module names, as ViT's on the Hub.
+_DINOV3_NAMES = {
+    r"^layer\.": "encoder.layer.",
+    r"^embeddings\.patch_embeddings\.(weight|bias)$": r"embeddings.patch_embeddings.projection.\1",
+    r"^norm\.": "layernorm.",
 }
 
 
@@ -91,7 +105,7 @@ def to_canonical(tensors, num_heads):
         name = re.sub(r"^(vit|deit|dinov2_with_registers|dinov2|model|vision_model)\.", "", name)
         for pattern, hub_name in _MODULE_NAMES.items():
             name = re.sub(pattern, hub_name, name)
-        for pattern, hub_name in _SIGLIP_NAMES.items():
+        for pattern, hub_name in (*_SIGLIP_NAMES.items(), *_DINOV3_NAMES.items()):
             name = re.sub(pattern, hub_name, name)
         if name == "embeddings.position_embedding.weight":  # SigLIP's: an nn.Embedding
             out["position_embedding/embeddings"] = value[None]
@@ -142,6 +156,10 @@ def to_canonical(tensors, num_heads):
             target = _BLOCK[module]
             convert = norm if target.endswith("norm") else dense
             out.update(convert(prefix + target, param, value))
+    for index, kind, _ in list(qkv):
+        if kind == "bias" and (index, "bias", "key") not in qkv:
+            # DINOv3's key has no bias (`key_bias=False`): a zero one is the same.
+            qkv[(index, "bias", "key")] = np.zeros_like(qkv[(index, "bias", "query")])
     return stack_qkv(out, qkv)
 
 
@@ -162,7 +180,11 @@ ANTIALIASED_MODEL_TYPES = ("dinov2_with_registers",)
 
 
 # Hugging Face model types trained on ImageNet mean/std pixels.
-IMAGENET_MODEL_TYPES = ("deit", "dinov2", "vit_mae", "dino")
+IMAGENET_MODEL_TYPES = ("deit", "dinov2", "vit_mae", "dino", "dinov3_vit")
+
+# Hugging Face model types whose attentions rotate queries and keys by
+# their patches' places (2-D RoPE) instead of adding a position table.
+ROTARY_MODEL_TYPES = ("dinov3_vit",)
 
 
 def resample_method(path):
