@@ -5,7 +5,7 @@ from keras_vit.layers.batch_normalization import BatchNormalization
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.conv_stem import ConvStem
 from keras_vit.layers.fake_quantization import ActivationQuantizer
-from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense
+from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense, SwiGLUDense
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import MultiHeadSelfAttention
@@ -48,6 +48,7 @@ __all__ = [
     "RotaryPositionEmbedding2D",
     "SelectTokens",
     "StochasticDepth",
+    "SwiGLUDense",
     "TokenMergingBlock",
     "TokenPooling",
     "TransformerBlock",

@@ -1,6 +1,6 @@
-"""GELU as a serializable activation, and the MLP's Dense + GELU layer.
+"""GELU as a serializable activation, the MLP's Dense + GELU layer, and the gated MLP's.
 
-Both compute through `keras_vit.ops.gelu` (a backward pass that keeps only
+GELU and GeluDense compute through `keras_vit.ops.gelu` (a backward pass that keeps only
 the pre-activation; `keras.ops.gelu` with the fast kernels switched off).
 """
 
@@ -135,4 +135,62 @@ class GeluDense(QuantizationAwareDense):
         config = super().get_config()
         del config["activation"]
         config["approximate"] = self.approximate
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SwiGLUDense(keras.layers.Dense):
+    """The gated MLP's first layer: `silu(x W_gate + b_gate) * (x W_up + b_up)`.
+
+    SwiGLU (Shazeer 2020), DINOv3's larger models' MLP (`DINOv3ViTGatedMLP`:
+    `down_proj(silu(gate_proj(x)) * up_proj(x))`). The gate and up
+    projections are one kernel of `2 * units` outputs, the gate's first
+    (one matrix product), so `model.quantize` and LoRA reach it as any
+    Keras `Dense`; the layer's output has `units` channels.
+
+    Args:
+        units: int, the width of the gated hidden layer (the MLP's `mlp_dim`).
+        **kwargs: the other arguments of `keras.layers.Dense` (not
+            `activation`), e.g. `kernel_initializer` and `name`.
+
+    Example:
+    >>> layer = SwiGLUDense(8)
+    >>> tuple(layer(keras.ops.ones((2, 4))).shape), tuple(layer.kernel.shape)
+    ((2, 8), (4, 16))
+    """
+
+    def __init__(self, units, **kwargs):
+        if "activation" in kwargs:
+            raise TypeError(
+                "SwiGLUDense gates itself and takes no `activation`. "
+                f"Received: activation={kwargs['activation']!r}"
+            )
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+            raise ValueError(f"`units` must be a positive int. Received: units={units!r}")
+        super().__init__(2 * units, **kwargs)
+        self.gated_units = units
+
+    def _gated(self, outputs):
+        gate, up = ops.split(outputs, 2, axis=-1)
+        return ops.silu(gate) * up
+
+    def call(self, inputs, training=None):
+        return self._gated(super().call(inputs, training=training))
+
+    def quantized_call(self, inputs, training=None):
+        # After `quantize()` Keras calls this instead of `call`.
+        return self._gated(super().quantized_call(inputs, training=training))
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras' Dense refuses to quantize subclasses, whose `call` it cannot
+        # vouch for; this one's is Dense's, then the gate.
+        super().quantize(mode, type_check=False, config=config)
+
+    def compute_output_shape(self, input_shape):
+        return (*input_shape[:-1], self.gated_units)
+
+    def get_config(self):
+        config = super().get_config()
+        del config["activation"]
+        config["units"] = self.gated_units
         return config

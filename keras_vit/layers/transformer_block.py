@@ -6,7 +6,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers import fake_quantization
-from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense
+from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense, SwiGLUDense
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.multi_head_self_attention import (
@@ -15,6 +15,9 @@ from keras_vit.layers.multi_head_self_attention import (
     fresh_initializer,
 )
 from keras_vit.layers.stochastic_depth import StochasticDepth
+
+# The MLPs a block builds: the paper's, and the gated one.
+MLPS = ("gelu", "swiglu")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -39,6 +42,8 @@ class TransformerBlock(keras.layers.Layer):
             scaled by LayerScale factors starting at this value.
         approximate_gelu: bool, `True` for tanh-approximated GELU (original
             ViT), `False` for the exact erf form (Hugging Face ViT, DINOv2).
+        mlp: `"gelu"` (the paper's `Dense`, GELU, `Dense`) or `"swiglu"`
+            (a gated MLP, `SwiGLUDense` then `Dense`: DINOv3's larger models).
         layer_norm_epsilon: float, the LayerNorm epsilon.
         use_qkv_bias: bool, whether the q/k/v projection has a bias.
         kernel_initializer: initializer of the projection and MLP kernels.
@@ -85,6 +90,7 @@ class TransformerBlock(keras.layers.Layer):
         layer_scale_init=None,
         approximate_gelu=True,
         layer_norm_epsilon=1e-6,
+        mlp="gelu",
         use_qkv_bias=True,
         kernel_initializer="glorot_uniform",
         mlp_bias_initializer=None,
@@ -103,8 +109,15 @@ class TransformerBlock(keras.layers.Layer):
         ):
             if not 0 <= rate < 1:
                 raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={rate!r}")
+        if mlp not in MLPS:
+            raise ValueError(f"`mlp` must be one of {MLPS}. Received: mlp={mlp!r}")
+        if mlp != "gelu" and self.qat is not None:
+            raise ValueError(
+                f"qat={self.qat!r} simulates the plain MLP (mlp='gelu'). Received: mlp={mlp!r}"
+            )
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
+        self.mlp = mlp
         self.dropout_rate = dropout_rate
         self.attention_dropout_rate = attention_dropout_rate
         self.drop_path_rate = drop_path_rate
@@ -145,15 +158,18 @@ class TransformerBlock(keras.layers.Layer):
         # GELU inside the Dense: TensorFlow then fuses it into the matmul at
         # inference; its backward pass keeps only the pre-activation and is
         # XLA-compiled on TensorFlow (see `layers/gelu.py`).
-        self.mlp_dense_1 = GeluDense(
-            mlp_dim,
-            approximate=approximate_gelu,
+        first = dict(
             kernel_initializer=fresh_initializer(self.kernel_initializer),
             bias_initializer=fresh_initializer(self.mlp_bias_initializer),
             name="mlp_dense_1",
-            **simulated,
             **common,
         )
+        if mlp == "swiglu":
+            self.mlp_dense_1 = SwiGLUDense(mlp_dim, **first)
+        else:
+            self.mlp_dense_1 = GeluDense(
+                mlp_dim, approximate=approximate_gelu, **first, **simulated
+            )
         self.mlp_dense_2 = None  # its width is known in build()
         self.dropout = keras.layers.Dropout(
             dropout_rate, seed=sublayer_seed(2), name="dropout", **common
@@ -277,6 +293,7 @@ class TransformerBlock(keras.layers.Layer):
                 "layer_scale_init": self.layer_scale_init,
                 "approximate_gelu": self.approximate_gelu,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "mlp": self.mlp,
                 "use_qkv_bias": self.use_qkv_bias,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "mlp_bias_initializer": keras.initializers.serialize(self.mlp_bias_initializer),

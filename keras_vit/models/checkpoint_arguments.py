@@ -44,6 +44,7 @@ ENCODER_FUNCTION = (
     "layer_scale_init",
     "approximate_gelu",
     "layer_norm_epsilon",
+    "mlp",
     "position_embedding",
     "rope_base",
 )
@@ -58,16 +59,14 @@ FROM_CHECKPOINT = frozenset(ENCODER_FUNCTION + HEAD_AND_TABLE)
 _HEADS_BY_WIDTH = {hidden_dim: heads for hidden_dim, _, heads, _ in WIDTHS.values()}
 # Tensors of architectures that keras_vit does not build (yet): loading
 # them into a plain ViT would silently change the model's outputs.
-_UNSUPPORTED = {
-    "reg_token": "timm register tokens (timm's own position-embedding rules)",
-    "mlp.gate_proj": "a gated (SwiGLU) MLP (DINOv3's S+ and H+)",
-}
+_UNSUPPORTED = {"reg_token": "timm register tokens (timm's own position-embedding rules)"}
 # What a checkpoint's tensors themselves show (token layout, LayerScale, head).
 _SHOWN_BY_TENSORS = (
     "class_token",
     "distillation_token",
     "num_register_tokens",
     "layer_scale_init",
+    "mlp",
     "pooling",
     "representation_size",
 )
@@ -131,7 +130,10 @@ def _shapes(path, tensors):
         (int(m[1]) for k in shapes if (m := re.match(r"encoderblock_(\d+)/", k))),
         default=-1,
     )
-    if depth == 0 or "encoderblock_0/mlp_dense_1/kernel" not in shapes:
+    if depth == 0 or not {
+        "encoderblock_0/mlp_dense_1/kernel",
+        "encoderblock_0/mlp_dense_2/kernel",
+    } <= set(shapes):
         raise ValueError(f"{path!r} has no encoder blocks.")
     class_token = "class_token/token" in shapes
     input_shape = None  # (a model of rotary positions: its config's)
@@ -150,7 +152,12 @@ def _shapes(path, tensors):
         "hidden_dim": int(hidden_dim),
         "num_layers": depth,
         "num_heads": None,
-        "mlp_dim": int(shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]),
+        "mlp_dim": int(shapes["encoderblock_0/mlp_dense_2/kernel"].shape[0]),
+        # A gated MLP's first kernel holds the gate's and the up projection's outputs.
+        "mlp": "swiglu"
+        if shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]
+        == 2 * shapes["encoderblock_0/mlp_dense_2/kernel"].shape[0]
+        else "gelu",
         "input_shape": input_shape,
         "class_token": class_token,
         "distillation_token": distillation_token,
@@ -181,15 +188,22 @@ def _official_function(path, arguments):
     return arguments, set()
 
 
+# Hugging Face's GELUs: the exact one, then the tanh approximations.
+_GELUS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast")
+
+
 def _huggingface_function(path, arguments):
     """The GELU form, LayerNorm epsilon and pixel normalisation of the file's configs."""
     config = huggingface.vision_config(path)
     recorded = set()
-    arguments["approximate_gelu"] = config.get("hidden_act", "gelu") in (
-        "gelu_new",
-        "gelu_pytorch_tanh",
-        "gelu_fast",
-    )
+    activation = config.get("hidden_act", "gelu")
+    expected = ("silu", "swish") if arguments["mlp"] == "swiglu" else _GELUS
+    if activation not in expected:
+        raise ValueError(
+            f"{path!r}: its config's hidden_act={activation!r} is not what keras_vit builds for "
+            f"its MLP (mlp={arguments['mlp']!r}: one of {expected})."
+        )
+    arguments["approximate_gelu"] = activation in _GELUS[1:]
     arguments["layer_norm_epsilon"] = float(config.get("layer_norm_eps", 1e-12))
     recorded.update(
         name

@@ -27,7 +27,7 @@ def unrotatable(arguments):
 
     The layout it rewrites: patches of pixels, a learned position table,
     class-token or average pooling, no `pre_logits` layer, one or two
-    plain heads.
+    plain heads, the paper's MLP.
 
     Example:
 
@@ -43,6 +43,7 @@ def unrotatable(arguments):
             "position_embedding": layout["position_embedding"] == "learned",
             "pooling": layout["pooling"] in ROTATABLE_POOLINGS,
             "representation_size": not layout["representation_size"],
+            "mlp": layout["mlp"] == "gelu",
         },
     )
 

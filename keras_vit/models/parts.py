@@ -341,6 +341,8 @@ class Encoder:
         mlp_dim: the hidden width of the MLPs.
         layer_scale_init: `None`, or LayerScale's initial value.
         approximate_gelu: tanh-approximated GELU (the original ViT's) or exact.
+        mlp: `"gelu"` (the paper's MLP) or `"swiglu"` (gated, `SwiGLUDense`:
+            DINOv3's S+ and H+), of hidden width `mlp_dim`.
         layer_norm_epsilon: epsilon of every LayerNorm.
         dropout_rate: dropout after the embeddings and in the blocks.
         attention_dropout_rate: dropout on attention probabilities.
@@ -358,6 +360,7 @@ class Encoder:
     mlp_dim: int = 3072
     layer_scale_init: float = None
     approximate_gelu: bool = True
+    mlp: str = "gelu"
     layer_norm_epsilon: float = 1e-6
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
@@ -371,6 +374,9 @@ class Encoder:
             raise ValueError(
                 f"hidden_dim {self.hidden_dim} is not divisible by num_heads {self.num_heads}."
             )
+        mlps = vit_layers.transformer_block.MLPS
+        if self.mlp not in mlps:
+            raise ValueError(f"`mlp` must be one of {mlps}. Received: mlp={self.mlp!r}")
         vit_layers.patch_dropout.check_rate(self.patch_dropout_rate, "patch_dropout_rate")
         if not isinstance(self.remat, bool):
             raise TypeError(f"`remat` must be a bool. Received: remat={self.remat!r}")
@@ -405,6 +411,7 @@ class Encoder:
                 layer_scale_init=self.layer_scale_init,
                 approximate_gelu=self.approximate_gelu,
                 layer_norm_epsilon=self.layer_norm_epsilon,
+                mlp=self.mlp,
                 seed=_seed(self.seed, 10 * (index + 1)),
                 remat=self.remat or _block_remat(remat_scope, name, x),
                 qat=qat,

@@ -13,6 +13,7 @@ import keras_vit
 from keras_vit import data as vit_data
 from keras_vit.data.augmentation import batch_augmentation
 from keras_vit.training import get_recipe
+from tests.conftest import on_one_backend
 
 ARCH = dict(patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32)
 
@@ -250,6 +251,9 @@ def test_tfds_pipeline_reads_a_prepared_dataset_and_fails_offline(tmp_path):
         )
 
 
+@on_one_backend(
+    "tensorflow", "the augmentation runs in tf.data, on TensorFlow, under every backend"
+)
 def test_augmentations_change_images_and_mix_labels():
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (8, 16, 16, 3)).astype("float32")

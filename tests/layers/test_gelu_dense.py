@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 from keras.src import testing
 
-from keras_vit.layers.gelu_dense import GeluDense, gelu_approximate, gelu_exact
+from keras_vit.layers.gelu_dense import GeluDense, SwiGLUDense, gelu_approximate, gelu_exact
 from keras_vit.ops import gelu
 from tests import reference
 from tests.autodiff import gradients
@@ -120,3 +120,25 @@ class GeluDenseTest(testing.TestCase):
         # the outputs would be well below that.
         assert quantized.min() > -0.2
         np.testing.assert_allclose(quantized, expected, atol=0.05)
+
+
+def test_swiglu_dense_is_the_gate_times_the_up_projection_and_saves_and_quantizes():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(4, 6)).astype("float32")
+    layer = SwiGLUDense(5, name="mlp_dense_1")
+    layer.build((None, 6))
+    kernel, bias = rng.normal(size=(6, 10)), rng.normal(size=10)
+    layer.set_weights([kernel.astype("float32"), bias.astype("float32")])
+    gate, up = x @ kernel[:, :5] + bias[:5], x @ kernel[:, 5:] + bias[5:]
+    expected = gate / (1 + np.exp(-gate)) * up  # silu(gate) * up (DINOv3ViTGatedMLP)
+    got = ops.convert_to_numpy(layer(x))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    clone = SwiGLUDense.from_config(layer.get_config())
+    assert clone.get_config()["units"] == 5 and layer.compute_output_shape((None, 6)) == (None, 5)
+    layer.quantize("int8")
+    quantized = ops.convert_to_numpy(layer(x))
+    assert 0 < np.abs(quantized - expected).max() < 0.05 * np.abs(expected).max()
+    with pytest.raises(TypeError, match="no `activation`"):
+        SwiGLUDense(5, activation="relu")
+    with pytest.raises(ValueError, match="units=0"):
+        SwiGLUDense(0)

@@ -27,6 +27,7 @@ from tests.conftest import TINY, randomize_weights
         (lambda: TokenLayout(num_register_tokens=True), "num_register_tokens=True"),
         (lambda: Positions(kind="rotary"), "position_embedding='rotary'"),
         (lambda: Positions(kind="rope", rope_base=0.5), "rope_base=0.5"),
+        (lambda: Encoder(mlp="geglu"), "mlp='geglu'"),
         (lambda: Positions(resample_method="nearest"), "resample_method='nearest'"),
         (lambda: Patches(patch_size=0), "patch_size"),
         (lambda: ImageInput(data_format="NHWC"), "data_format='NHWC'"),

@@ -186,7 +186,7 @@ def file_digest(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-@on_one_backend("tensorflow", "the command's own work")
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_a_run_with_a_teacher_resumes_keeps_the_teacher_and_saves_a_plain_student(tmp_path):
     from tests.training.test_train_command import killed_after_first_checkpoint, write_dataset

@@ -20,7 +20,7 @@ def weights_of(model):
     return {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
 
 
-@on_one_backend("jax", "the command's own work")
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_a_lora_finetune_trains_the_adapters_and_head_and_writes_both_models(trained_run, tmp_path):
     checkpoint = os.path.join(trained_run.folder, "model.keras")
@@ -92,7 +92,7 @@ def test_a_lora_finetune_trains_the_adapters_and_head_and_writes_both_models(tra
     )
 
 
-@on_one_backend("tensorflow", "the command's own work")
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_a_qlora_finetune_keeps_the_encoder_int8_and_trains_adapters_and_a_float_head(
     trained_run, tmp_path

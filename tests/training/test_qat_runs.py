@@ -41,7 +41,7 @@ def float_checkpoint(tmp_path_factory):
     return path
 
 
-@on_one_backend("jax", "the command's own work")
+@on_one_backend("torch", "the command's own work")
 @pytest.mark.slow
 def test_a_qat_finetune_writes_a_model_that_trained_with_the_rounding(float_checkpoint, tmp_path):
     data = write_dataset(tmp_path / "data", per_class=16, shades=SHADES)

@@ -68,6 +68,12 @@ elif kind == "dinov3":  # rotary positions, registers, LayerScale, no key bias
         intermediate_size=64, image_size=16, patch_size=4, layerscale_value=0.5,
         num_register_tokens=2, rope_theta=50.0)
     model = transformers.DINOv3ViTModel(config)
+elif kind == "dinov3_gated":  # S+ and H+: a gated (SwiGLU) MLP, SiLU
+    config = transformers.DINOv3ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, image_size=16, patch_size=4, num_register_tokens=4,
+        use_gated_mlp=True, hidden_act="silu")
+    model = transformers.DINOv3ViTModel(config)
 elif kind == "mae":  # mask_ratio 0 and ordered noise: every patch, in order
     config = transformers.ViTMAEConfig(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -137,6 +143,7 @@ KINDS = (
     "mae",
     "siglip",
     "dinov3",
+    "dinov3_gated",
 )
 
 
@@ -158,7 +165,8 @@ def _reference(tmp_path_factory, kind):
     with open(os.path.join(out, "info.json")) as f:
         info = json.load(f)
     # The model must follow the source's GELU: exact, SigLIP's tanh.
-    assert info["act"] == ("gelu_pytorch_tanh" if kind == "siglip" else "gelu")
+    activations = {"siglip": "gelu_pytorch_tanh", "dinov3_gated": "silu"}
+    assert info["act"] == activations.get(kind, "gelu")
     return out, info["eps"]
 
 
@@ -442,16 +450,32 @@ def test_dinov3_parity_pooled_and_tokens_at_any_resolution(tmp_path, dinov3_refe
     assert max_error(built, out, 16, "pooled") <= 1e-5
     with pytest.raises(ValueError, match=r"position_embedding='learned' contradicts"):
         keras_vit.ViT(**ARCH, weights=path, position_embedding="learned")
-    # The larger sizes' gated MLP: refused, naming its tensor.
-    from safetensors.numpy import load_file, save_file
 
-    tensors = load_file(path)
-    tensors["layer.0.mlp.gate_proj.weight"] = tensors["layer.0.mlp.up_proj.weight"]
-    gated = tmp_path / "gated" / "model.safetensors"
-    gated.parent.mkdir()
-    save_file(tensors, str(gated))
-    with pytest.raises(ValueError, match=r"gated \(SwiGLU\) MLP.*'layer.0.mlp.gate_proj.weight'"):
-        from_checkpoint(gated)
+
+def test_dinov3_with_a_gated_mlp_parity(tmp_path, tmp_path_factory):
+    # DINOv3's S+ and H+: SwiGLU MLPs (gate and up projections in one kernel).
+    out, _ = _reference(tmp_path_factory, "dinov3_gated")
+    path = os.path.join(out, "model.safetensors")
+    model = from_checkpoint(path, include_rescaling=False, pooling=None)
+    block = model.get_layer("encoderblock_0")
+    assert block.mlp == "swiglu" and block.mlp_dim == 48
+    assert tuple(block.mlp_dense_1.kernel.shape) == (32, 96)
+    assert model.get_layer("register_tokens").num_tokens == 4
+    for size in (16, 24):
+        model = from_checkpoint(
+            path, include_rescaling=False, pooling=None, input_shape=(size, size, 3)
+        )
+        assert max_error(model, out, size, "tokens") <= 1e-5
+    # Saved and reloaded as keras_vit's own file: the same MLP.
+    model.save(tmp_path / "gated.keras")
+    assert from_checkpoint(tmp_path / "gated.keras").get_layer("encoderblock_1").mlp == "swiglu"
+    # A config whose activation is not the MLP's: refused, naming it.
+    config = json.load(open(os.path.join(out, "config.json")))
+    (tmp_path / "gelu").mkdir()
+    json.dump({**config, "hidden_act": "gelu"}, open(tmp_path / "gelu" / "config.json", "w"))
+    os.symlink(path, tmp_path / "gelu" / "model.safetensors")
+    with pytest.raises(ValueError, match=r"hidden_act='gelu'.*mlp='swiglu'"):
+        from_checkpoint(tmp_path / "gelu" / "model.safetensors")
 
 
 def test_convert_command_writes_a_keras_model(tmp_path, classifier_reference):

@@ -12,7 +12,7 @@ import os
 import pytest
 
 import keras_vit
-from tests.conftest import BACKEND, artifact_maker, load_benchmark, shared_artifact
+from tests.conftest import artifact_maker, load_benchmark, on_one_backend, shared_artifact
 
 DINOV2_SMALL = dict(patch_size=14, hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536)
 
@@ -47,10 +47,9 @@ def test_a_builder_given_the_real_checkpoint_builds_it(dinov2_small):
         keras_vit.ViTB16(weights=path, include_top=False)
 
 
-@pytest.mark.skipif(
-    BACKEND != "jax",
-    reason="the benchmark's code is the same on every backend (run in a JAX suite, which "
-    "has the room); fine-tuning on each backend is tests/training/test_finetuning.py's",
+@on_one_backend(
+    "torch",
+    "the benchmark's own code; fine-tuning on each backend is tests/training/test_finetuning.py's",
 )
 @pytest.mark.slow
 def test_the_finetuning_benchmark_scores_the_probe_and_the_commands_fine_tune(

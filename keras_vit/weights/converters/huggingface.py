@@ -100,7 +100,7 @@ def _siglip_head(name, value, num_heads):
 
 
 def to_canonical(tensors, num_heads):
-    out, qkv = {}, {}
+    out, qkv, gates = {}, {}, {}
     for name, value in tensors.items():
         name = re.sub(r"^(vit|deit|dinov2_with_registers|dinov2|model|vision_model)\.", "", name)
         for pattern, hub_name in _MODULE_NAMES.items():
@@ -148,6 +148,8 @@ def to_canonical(tensors, num_heads):
             qkv[(index, kind, projection[1])] = value
         elif module == "attention.output.dense":
             out.update(out_projection(prefix, param, value, num_heads))
+        elif module == "mlp.gate_proj":  # DINOv3's gated MLP: before `up_proj` in one kernel
+            gates[(index, param)] = linear(value) if param == "weight" else value
         elif module in ("layer_scale1", "layer_scale2"):
             out[
                 prefix + ("attention_scale" if module.endswith("1") else "mlp_scale") + "/gamma"
@@ -156,6 +158,9 @@ def to_canonical(tensors, num_heads):
             target = _BLOCK[module]
             convert = norm if target.endswith("norm") else dense
             out.update(convert(prefix + target, param, value))
+    for (index, param), gate in gates.items():  # (SwiGLUDense: the gate's outputs first)
+        target = f"encoderblock_{index}/mlp_dense_1/" + ("kernel" if param == "weight" else "bias")
+        out[target] = np.concatenate([gate, out[target]], axis=-1)
     for index, kind, _ in list(qkv):
         if kind == "bias" and (index, "bias", "key") not in qkv:
             # DINOv3's key has no bias (`key_bias=False`): a zero one is the same.
