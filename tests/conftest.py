@@ -26,6 +26,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 import typing
 
 import keras
@@ -252,6 +253,35 @@ def on_one_backend(backend, why):
     """
     home = backend if backend in SUITE_BACKENDS else SUITE_BACKENDS[0]
     return pytest.mark.skipif(BACKEND != home, reason=f"one backend is enough ({why}): {home}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With `KERAS_VIT_TEST_CPU=FOLDER`: each test's CPU seconds, to aim the suite's cuts.
+
+    Wall time misleads on a machine that five suites share; CPU does not. Each
+    process appends `{"id", "backend", "own", "children", "wall"}` lines to
+    `FOLDER/cpu-PID.jsonl`: its own CPU and that of the interpreters it
+    started and reaped during the test (setup and teardown included).
+    """
+    folder = os.environ.get("KERAS_VIT_TEST_CPU")
+    if not folder:
+        yield
+        return
+    import resource
+
+    def used():
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime, time.time()
+
+    before = used()
+    yield
+    own, children, wall = (a - b for a, b in zip(used(), before))
+    os.makedirs(folder, exist_ok=True)
+    line = {"id": item.nodeid, "backend": BACKEND, "own": own, "children": children}
+    with open(os.path.join(folder, f"cpu-{os.getpid()}.jsonl"), "a") as f:
+        f.write(json.dumps({**line, "wall": wall}) + "\n")
 
 
 # A ViT small enough to build and run in milliseconds.
