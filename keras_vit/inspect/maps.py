@@ -112,14 +112,11 @@ def attention_maps(model, images, batch_size=32):
         rotated["rotation"] = model.get_layer("rotary_embedding")(grid=grid)
     maps = []
     for block, tokens in zip(blocks, inputs):
-        scores = [
-            keras.ops.convert_to_numpy(
-                block(tokens[start : start + batch_size], return_attention_scores=True, **rotated)[
-                    1
-                ]
-            )
-            for start in range(0, len(tokens), batch_size)
-        ]
+        scores = []
+        for start in range(0, len(tokens), batch_size):
+            batch = tokens[start : start + batch_size]
+            _, probabilities = block(batch, return_attention_scores=True, **rotated)
+            scores.append(keras.ops.convert_to_numpy(probabilities))
         maps.append(np.concatenate(scores).astype("float32"))
     return np.stack(maps)
 

@@ -6,6 +6,12 @@ import keras
 from keras import ops
 
 
+def check_base(base, argument="base"):
+    """Refuses a base of the rotary frequencies that is not a number above 1."""
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"`{argument}` must be a number above 1. Received: {argument}={base!r}")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class RotaryPositionEmbedding2D(keras.layers.Layer):
     """Rotates the patch tokens' queries and keys by their place on the patch grid.
@@ -72,8 +78,7 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
                 f"`head_dim` must be a positive multiple of 4 (a quarter of a head's "
                 f"channels turns with each axis' sine and cosine). Received: head_dim={head_dim!r}"
             )
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-            raise ValueError(f"`base` must be a number above 1. Received: base={base!r}")
+        check_base(base)
         if isinstance(num_prefix_tokens, bool) or not isinstance(num_prefix_tokens, int):
             raise TypeError(
                 "`num_prefix_tokens` must be a whole number. "

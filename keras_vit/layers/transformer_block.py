@@ -20,6 +20,12 @@ from keras_vit.layers.stochastic_depth import StochasticDepth
 MLPS = ("gelu", "swiglu")
 
 
+def check_mlp(mlp):
+    """Refuses an MLP kind that a block does not build."""
+    if mlp not in MLPS:
+        raise ValueError(f"`mlp` must be one of {MLPS}. Received: mlp={mlp!r}")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TransformerBlock(keras.layers.Layer):
     """One pre-norm encoder block: `x + MSA(LN(x))`, then `x + MLP(LN(x))`.
@@ -109,8 +115,7 @@ class TransformerBlock(keras.layers.Layer):
         ):
             if not 0 <= rate < 1:
                 raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={rate!r}")
-        if mlp not in MLPS:
-            raise ValueError(f"`mlp` must be one of {MLPS}. Received: mlp={mlp!r}")
+        check_mlp(mlp)
         if mlp != "gelu" and self.qat is not None:
             raise ValueError(
                 f"qat={self.qat!r} simulates the plain MLP (mlp='gelu'). Received: mlp={mlp!r}"

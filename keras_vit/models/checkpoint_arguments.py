@@ -136,6 +136,9 @@ def _shapes(path, tensors):
     } <= set(shapes):
         raise ValueError(f"{path!r} has no encoder blocks.")
     class_token = "class_token/token" in shapes
+    mlp_dim = int(shapes["encoderblock_0/mlp_dense_2/kernel"].shape[0])
+    # A gated MLP's first kernel holds the gate's and the up projection's outputs.
+    gated = shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1] == 2 * mlp_dim
     input_shape = None  # (a model of rotary positions: its config's)
     if "position_embedding/embeddings" in shapes:
         positions = (
@@ -152,12 +155,8 @@ def _shapes(path, tensors):
         "hidden_dim": int(hidden_dim),
         "num_layers": depth,
         "num_heads": None,
-        "mlp_dim": int(shapes["encoderblock_0/mlp_dense_2/kernel"].shape[0]),
-        # A gated MLP's first kernel holds the gate's and the up projection's outputs.
-        "mlp": "swiglu"
-        if shapes["encoderblock_0/mlp_dense_1/kernel"].shape[1]
-        == 2 * shapes["encoderblock_0/mlp_dense_2/kernel"].shape[0]
-        else "gelu",
+        "mlp_dim": mlp_dim,
+        "mlp": "swiglu" if gated else "gelu",
         "input_shape": input_shape,
         "class_token": class_token,
         "distillation_token": distillation_token,

@@ -275,9 +275,7 @@ class Positions:
                 f"`resample_method` must be one of {methods}. "
                 f"Received: resample_method={self.resample_method!r}"
             )
-        base = self.rope_base
-        if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-            raise ValueError(f"`rope_base` must be a number above 1. Received: rope_base={base!r}")
+        vit_layers.rotary_position_embedding.check_base(self.rope_base, "rope_base")
 
     @property
     def rotary(self):
@@ -374,9 +372,7 @@ class Encoder:
             raise ValueError(
                 f"hidden_dim {self.hidden_dim} is not divisible by num_heads {self.num_heads}."
             )
-        mlps = vit_layers.transformer_block.MLPS
-        if self.mlp not in mlps:
-            raise ValueError(f"`mlp` must be one of {mlps}. Received: mlp={self.mlp!r}")
+        vit_layers.transformer_block.check_mlp(self.mlp)
         vit_layers.patch_dropout.check_rate(self.patch_dropout_rate, "patch_dropout_rate")
         if not isinstance(self.remat, bool):
             raise TypeError(f"`remat` must be a bool. Received: remat={self.remat!r}")
