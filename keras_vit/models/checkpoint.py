@@ -31,7 +31,7 @@ def build(weights, given, model_class=VisionTransformer):
     Returns:
         The model, with the checkpoint's weights.
     """
-    weights = checkpoints.hub.checkpoint_file(weights)  # a Hub id is its file
+    weights = checkpoints.checkpoint_file(weights)  # a Hub id, a preset folder: its file
     with checkpoints.reading_once():
         arguments, variant = resolve(weights, given, default_arguments())
         path, _ = checkpoints.resolve(weights, variant)

@@ -92,12 +92,14 @@ _ARCHITECTURE_WEIGHTS = {
 
 
 def checked_path(path, argument):
-    """The local path of a checkpoint file (a `hf-hub:` id downloaded once), or a clear error."""
-    path = os.fspath(checkpoints.hub.checkpoint_file(path))
-    if not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES):
+    """The local path of a checkpoint file (a `hf-hub:` id downloaded once, a keras-hub
+    preset folder's weights file), or a clear error."""
+    path = os.fspath(checkpoints.checkpoint_file(path))
+    preset = checkpoints.readers.is_keras_hub_preset(path)
+    if not preset and (not os.path.isfile(path) or not path.endswith(CHECKPOINT_SUFFIXES)):
         raise ValueError(
             f"{argument}={path!r} is not an existing checkpoint file ending in one "
-            f"of {', '.join(CHECKPOINT_SUFFIXES)}."
+            f"of {', '.join(CHECKPOINT_SUFFIXES)}, nor a keras-hub preset folder."
         )
     return path
 
@@ -113,7 +115,7 @@ def _shapes(path, tensors):
                 raise ValueError(
                     f"{path!r} is a ViT with {what} ({name!r}), which keras_vit does not build."
                 )
-    layout, shapes = to_canonical(tensors, num_heads=1)
+    layout, shapes = to_canonical(tensors, num_heads=1, path=path)
     if "patch_embedding/kernel" not in shapes:
         raise ValueError(f"{path!r} has no patch embedding kernel.")
     distillation_token = "distillation_token/token" in shapes
@@ -338,11 +340,73 @@ def _keras_vit_function(path, arguments):
     return arguments, recorded
 
 
+# keras-hub backbones: their settings' names for the epsilon, the pixels their
+# presets are converted for (no image converter beside the backbone), and the
+# settings of theirs that keras_vit does not build, with the value it builds.
+_KERAS_HUB_EPSILON = {"DINOV3Backbone": "layer_norm_eps", "DINOV2Backbone": None}
+_KERAS_HUB_PIXELS = {"ViTBackbone": "inception", "SigLIPVisionEncoder": "inception"}
+_KERAS_HUB_UNBUILT = {
+    "use_mha_bias": True,
+    "use_mlp_bias": True,
+    "use_patch_bias": True,
+    "use_swiglu_ffn": False,
+    "use_gated_mlp": False,
+    "use_query_bias": True,
+    "use_value_bias": True,
+    "use_proj_bias": True,
+    "data_format": "channels_last",
+}
+
+
+def _keras_hub_function(path, arguments):
+    """A keras-hub preset: its backbone's config, and its image converter's pixels if saved."""
+    saved = read_json_beside(path, "config.json")
+    class_name, config = saved["class_name"], saved["config"]
+    for name, built in _KERAS_HUB_UNBUILT.items():
+        if config.get(name, built) not in (built, None):
+            raise ValueError(
+                f"{path!r}: a {class_name} with {name}={config[name]!r}, which keras_vit does "
+                f"not build (only {name}={built!r})."
+            )
+    arguments["num_heads"] = int(config["num_heads"])
+    arguments["input_shape"] = tuple(config["image_shape"])
+    epsilon = _KERAS_HUB_EPSILON.get(class_name, "layer_norm_epsilon")
+    arguments["layer_norm_epsilon"] = float(config[epsilon]) if epsilon else 1e-6
+    activation = config.get("intermediate_activation", config.get("hidden_activation", "gelu"))
+    if activation not in ("gelu", "gelu_approximate"):
+        raise ValueError(
+            f"{path!r}: its {class_name}'s MLP activation {activation!r} is not one that "
+            "keras_vit builds ('gelu', 'gelu_approximate')."
+        )
+    arguments["approximate_gelu"] = activation == "gelu_approximate"
+    if class_name == "DINOV2Backbone":  # its table's size; resampled to its images' size
+        arguments["base_image_size"] = tuple(config["position_embedding_shape"][:2])
+        arguments["resample_method"] = (
+            "bicubic_antialias" if config.get("antialias_in_interpolation") else "bicubic"
+        )
+    if class_name == "DINOV3Backbone":
+        arguments["position_embedding"] = "rope"
+        arguments["rope_base"] = float(config.get("rope_theta", 100.0))
+    converter = read_json_beside(path, "image_converter.json").get("config", {})
+    recorded = {"approximate_gelu", "layer_norm_epsilon", "position_embedding", "rope_base"}
+    if converter.get("scale") is not None:
+        channels = arguments["input_shape"][-1]
+        scale = np.broadcast_to(np.asarray(converter["scale"], "float64"), (channels,))
+        offset = np.broadcast_to(np.asarray(converter.get("offset") or 0.0, "float64"), (channels,))
+        std = 1.0 / (255.0 * scale)
+        arguments["normalization"] = (tuple(-offset * std), tuple(std))
+        recorded.add("normalization")
+    else:
+        arguments["normalization"] = _KERAS_HUB_PIXELS.get(class_name, "imagenet")
+    return arguments, recorded
+
+
 _FUNCTION_OF_LAYOUT = {
     "official": _official_function,
     "huggingface": _huggingface_function,
     "timm": _timm_function,
     "keras_vit": _keras_vit_function,
+    "keras_hub": _keras_hub_function,
 }
 
 
@@ -504,7 +568,7 @@ def _recorded_arguments(weights, variant, num_heads):
     if checkpoint is not None:
         return _registered_arguments(checkpoint)
     path = os.fspath(weights)
-    if not path.endswith(CHECKPOINT_SUFFIXES):
+    if not path.endswith(CHECKPOINT_SUFFIXES) and not checkpoints.readers.is_keras_hub_preset(path):
         return {}, set()  # a Keras weights file: loading checks it
     _, arguments, recorded = file_arguments(path, num_heads)
     return arguments, recorded

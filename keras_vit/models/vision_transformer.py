@@ -279,6 +279,12 @@ class VisionTransformer(keras.Model):
         """Reads a `save_lora_weights` file into this model's LoRA (`models.lora`)."""
         lora.load_lora_weights(self, path)
 
+    def save_to_preset(self, preset_dir):
+        """Writes the encoder as a keras-hub backbone preset (`models.keras_hub_preset`)."""
+        from keras_vit.models.keras_hub_preset import save_to_preset
+
+        return save_to_preset(self, preset_dir)
+
     def get_compile_config(self):
         # A LoRA model saves as its merged model (`_changed_in_place`): its
         # optimizer's state is the adapters', which the file does not hold,

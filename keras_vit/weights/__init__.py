@@ -11,7 +11,7 @@ import os
 import re
 
 from keras_vit.layers.position_embedding import DEFAULT_RESAMPLE_METHOD
-from keras_vit.weights import hub, registry
+from keras_vit.weights import hub, readers, registry
 from keras_vit.weights.converters import huggingface, to_canonical
 from keras_vit.weights.readers import (
     CHECKPOINT_SUFFIXES,
@@ -96,6 +96,12 @@ def registered(weights, variant=None):
     return None
 
 
+def checkpoint_file(weights):
+    """The file that `weights=` names: a `hf-hub:` id's (downloaded once), a keras-hub
+    preset folder's `model.weights.h5`; anything else as given."""
+    return readers.preset_weights(hub.checkpoint_file(weights))
+
+
 def resolve(weights, variant=None):
     """The local path of `weights=`: the file itself, or the downloaded one.
 
@@ -123,7 +129,7 @@ def class_names(weights, variant=None, classes=None):
     """
     from keras_vit.labels import label_set, label_set_for
 
-    weights = hub.checkpoint_file(weights)
+    weights = checkpoint_file(weights)
     checkpoint = registered(weights, variant)
     if checkpoint is not None:
         chosen = checkpoint.label_set
@@ -216,11 +222,11 @@ def load(model, path, resample_method=None):
     Returns:
         `model`.
     """
-    if path.endswith(".weights.h5"):
+    if path.endswith(".weights.h5") and not readers.is_keras_hub_preset(path):
         model.load_weights(path)
         return model
     tensors = read_tensors(path)
-    layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads)
+    layout, canonical = to_canonical(tensors, encoder_blocks(model)[0].num_heads, path)
     assign_canonical(
         model,
         canonical,

@@ -3,8 +3,9 @@
 `.npz` with `allow_pickle=False`, `.safetensors` with `safetensors`,
 PyTorch `.bin`/`.pth`/`.pt` with `torch.load(weights_only=True)`, and this
 package's own `.keras` files from their archive's weights (`keras_archive`,
-no model built); also the JSON files that sit beside a checkpoint and the
-layer configs of a `.keras` file.
+no model built), a keras-hub preset's `model.weights.h5` (its HDF5 groups;
+nothing in the preset runs); also the JSON files that sit beside a
+checkpoint and the layer configs of a `.keras` file.
 """
 
 import contextlib
@@ -16,6 +17,8 @@ import zipfile
 import numpy as np
 
 CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".bin", ".pth", ".pt", ".keras")
+# A keras-hub preset (a folder) is read through its weights file.
+PRESET_WEIGHTS = "model.weights.h5"
 
 
 def _read_npz(path):
@@ -33,6 +36,48 @@ def _read_keras(path):
     from keras_vit.weights.keras_archive import read_keras_weights
 
     return read_keras_weights(path)  # no model built: nothing in the file runs
+
+
+def _read_keras_hub(path):
+    """`{group path/variable index: array}` of a Keras weights file (`.../mha/query_dense/0`)."""
+    import h5py
+
+    tensors = {}
+
+    def add(name, item):
+        if isinstance(item, h5py.Dataset):
+            group, _, index = name.rpartition("/vars/")
+            if item.attrs.get("dtype") == "bfloat16":  # stored as raw 16-bit words
+                import ml_dtypes
+
+                tensors[f"{group}/{index}"] = np.array(item, dtype=ml_dtypes.bfloat16)
+            else:
+                tensors[f"{group}/{index}"] = np.asarray(item)
+
+    with h5py.File(path, "r") as weights:
+        weights.visititems(add)
+    return tensors
+
+
+def is_keras_hub_preset(path):
+    """Whether `path` is a keras-hub preset folder or its weights file (its config.json says so)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, PRESET_WEIGHTS)
+    if not (path.endswith(PRESET_WEIGHTS) and os.path.isfile(path)):
+        return False
+    try:
+        registered = read_json_beside(path, "config.json").get("registered_name")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(registered, str) and registered.startswith("keras_hub>")
+
+
+def preset_weights(path):
+    """A keras-hub preset folder's weights file; any other path as given."""
+    if isinstance(path, (str, os.PathLike)) and os.path.isdir(path) and is_keras_hub_preset(path):
+        return os.path.join(os.fspath(path), PRESET_WEIGHTS)
+    return path
 
 
 def _read_torch(path):
@@ -57,6 +102,7 @@ _READERS = {
     ".bin": ("PyTorch", _read_torch),
     ".pth": ("PyTorch", _read_torch),
     ".pt": ("PyTorch", _read_torch),
+    PRESET_WEIGHTS: ("keras-hub preset", _read_keras_hub),
 }
 
 

@@ -9,12 +9,15 @@ function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:
 - `official`: google-research/vision_transformer `.npz` files;
 - `huggingface`: Hugging Face ViT / DeiT / DINOv2 / DINOv3 / ViTMAE / SigLIP vision state dicts;
 - `timm`: timm VisionTransformer state dicts;
-- `keras_vit`: this package's own `.keras` files.
+- `keras_vit`: this package's own `.keras` files;
+- `keras_hub`: keras-hub backbone presets (their `model.weights.h5`), whose
+  `config.json` names the backbone (`to_canonical` takes the file's path).
 """
 
 import numpy as np
 
-from keras_vit.weights.converters import huggingface, keras_vit, official, timm
+from keras_vit.weights.converters import huggingface, keras_hub, keras_vit, official, timm
+from keras_vit.weights.readers import read_json_beside
 
 SOURCES = {"official": official, "huggingface": huggingface, "timm": timm, "keras_vit": keras_vit}
 
@@ -22,6 +25,12 @@ SOURCES = {"official": official, "huggingface": huggingface, "timm": timm, "kera
 def detect_layout(tensors):
     """`"official"`, `"huggingface"` or `"timm"`, from the tensor names."""
     names = set(tensors)
+    if any(
+        n.startswith(family.embedding + "/" + family.patch + "/")
+        for family in keras_hub.FAMILIES.values()
+        for n in names
+    ):
+        return "keras_hub"
     if "patch_embedding/kernel" in names:
         return "keras_vit"
     if "embedding/kernel" in names:
@@ -41,22 +50,34 @@ def detect_layout(tensors):
         return "huggingface"
     raise ValueError(
         "Not a ViT checkpoint of a known layout (official .npz, Hugging Face, "
-        f"timm): none of its {len(names)} tensors is a patch embedding. "
+        f"timm, keras-hub preset): none of its {len(names)} tensors is a patch embedding. "
         f"First names: {sorted(names)[:5]}"
     )
 
 
-def to_canonical(tensors, num_heads):
+def to_canonical(tensors, num_heads, path=None):
     """Converts a checkpoint's tensors to `{keras_vit weight path: array}`.
 
     Args:
         tensors: `{name: array}` as read from the file.
         num_heads: the attention heads of the target model (PyTorch layouts
             store projections as `(D, D)` matrices without a head axis).
+        path: the file they were read from (a keras-hub preset's
+            `config.json` beside it names its backbone).
 
     Returns:
         `(layout, canonical)`.
     """
     layout = detect_layout(tensors)
-    canonical = SOURCES[layout].to_canonical(tensors, num_heads)
+    if layout == "keras_hub":
+        saved = read_json_beside(path, "config.json") if path else {}
+        class_name = saved.get("class_name")
+        if class_name not in keras_hub.FAMILIES:
+            raise ValueError(
+                f"{path!r} holds keras-hub weights, but its config.json names the backbone "
+                f"{class_name!r}, not one keras_vit builds ({', '.join(keras_hub.FAMILIES)})."
+            )
+        canonical = keras_hub.to_canonical(tensors, num_heads, class_name, saved["config"])
+    else:
+        canonical = SOURCES[layout].to_canonical(tensors, num_heads)
     return layout, {k: np.asarray(v, dtype="float32") for k, v in canonical.items()}
