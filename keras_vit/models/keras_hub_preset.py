@@ -18,11 +18,13 @@ import datetime
 import importlib.metadata
 import json
 import os
+import re
 
 import h5py
 import keras
 import numpy as np
 
+from keras_vit import _compat
 from keras_vit.models import lora
 from keras_vit.models.image_input import pixel_rescaling
 from keras_vit.models.parts import arguments_of
@@ -50,6 +52,12 @@ _MODULES = {
 }
 
 
+def _snake_case(name):
+    """A class name as Keras names its objects (`ViTBackbone` -> `vi_t_backbone`)."""
+    name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+    return re.sub("([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
 def _refuse(model, what):
     raise ValueError(
         f"Model {model.name!r} has no keras-hub backbone equivalent: {what}. keras-hub's "
@@ -67,7 +75,7 @@ def backbone_of(model):
     a = arguments_of(model.parts)
     if model.qat is not None:
         _refuse(model, f"it simulates LiteRT's quantization (qat={model.qat!r})")
-    if any(getattr(layer, "quantization_mode", None) for layer in model._flatten_layers()):
+    if any(layer.quantization_mode for layer in _compat.all_layers(model)):
         _refuse(model, "it is quantized (model.quantize); save the float model")
     if lora.lora_settings(model) is not None:
         raise ValueError(
@@ -266,7 +274,6 @@ def save_to_preset(model, preset_dir):
     class_name, config = backbone_of(model)
     groups = _tensors(model, class_name, config)
     module, converter_module, converter = _MODULES[class_name]
-    snake = keras.src.utils.naming.to_snake_case(class_name)
     os.makedirs(preset_dir, exist_ok=True)
     with h5py.File(os.path.join(preset_dir, "model.weights.h5"), "w") as weights:
         for group, values in groups.items():
@@ -274,7 +281,7 @@ def save_to_preset(model, preset_dir):
             for index, value in enumerate(values):
                 variables.create_dataset(str(index), data=np.asarray(value))
     with open(os.path.join(preset_dir, "config.json"), "w") as f:
-        json.dump(_serialized(module, class_name, config, snake), f, indent=4)
+        json.dump(_serialized(module, class_name, config, _snake_case(class_name)), f, indent=4)
     rescaling = pixel_rescaling(model.parts["image"].normalization, config["image_shape"][-1])
     if not model.parts["image"].include_rescaling:
         rescaling = {"scale": None, "offset": None}  # the model takes normalised images
@@ -294,7 +301,7 @@ def save_to_preset(model, preset_dir):
                 converter_module,
                 converter,
                 converter_config,
-                keras.src.utils.naming.to_snake_case(converter),
+                _snake_case(converter),
             ),
             f,
             indent=4,

@@ -252,6 +252,36 @@ def test_a_model_without_a_keras_hub_equivalent_is_refused_naming_the_part(
     assert not (tmp_path / "preset").exists()  # refused before anything is written
 
 
+def test_a_quantized_or_lora_model_is_refused_and_a_merged_one_written(tmp_path):
+    arguments = dict(
+        patch_size=4,
+        hidden_dim=16,
+        num_layers=1,
+        num_heads=2,
+        mlp_dim=32,
+        input_shape=(16, 16, 3),
+        approximate_gelu=False,
+    )
+    quantized = keras_vit.ViT(**arguments)
+    quantized.quantize("int8")
+    with pytest.raises(ValueError, match=r"it is quantized"):
+        quantized.save_to_preset(tmp_path / "quantized")
+    adapted = keras_vit.ViT(**arguments)
+    adapted.enable_lora(2)
+    with pytest.raises(ValueError, match=r"has LoRA adapters: merge them first"):
+        adapted.save_to_preset(tmp_path / "lora")
+    assert not (tmp_path / "quantized").exists() and not (tmp_path / "lora").exists()
+    merged = keras_vit.models.merge_lora(adapted)
+    assert merged.save_to_preset(tmp_path / "merged") == "ViTBackbone"
+    np.testing.assert_allclose(
+        _features(from_checkpoint(tmp_path / "merged"), "encoder_norm").predict(
+            np.zeros((1, 16, 16, 3)), verbose=0
+        ),
+        _features(merged, "encoder_norm").predict(np.zeros((1, 16, 16, 3)), verbose=0),
+        atol=1e-6,
+    )
+
+
 def test_a_folder_with_files_is_not_written_into(tmp_path):
     folder = tmp_path / "preset"
     folder.mkdir()
