@@ -106,6 +106,22 @@ def test_the_throughput_benchmark_runs_quickly_in_process(tmp_path, capsys):
 
 @on_one_backend("torch", "the benchmark's own code")
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("keras_hub") is None, reason="needs keras-hub")
+def test_the_families_benchmark_times_the_same_function_of_both_libraries(capsys):
+    benchmark = load_benchmark("families_vs_keras_hub")
+    assert benchmark.main(["--quick"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    results = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["family"] for r in results] == ["DINOv3", "SigLIP"]
+    for result in results:
+        assert result["max_abs_difference"] <= 1e-5, result  # one function, timed twice
+        rates = result["images_per_second"]
+        ratio = rates["keras_vit"] / rates["keras_hub"]
+        assert result["keras_vit_over_keras_hub"] == pytest.approx(ratio)
+
+
+@on_one_backend("torch", "the benchmark's own code")
+@pytest.mark.slow
 def test_the_gpu_benchmark_runs_quickly_in_process(tmp_path, capsys):
     # Without a GPU it measures the CPU (no device, so no MFU): the bf16
     # GEMM and bf16 training rows must still run, and leave the global
