@@ -350,7 +350,6 @@ _KERAS_HUB_UNBUILT = {
     "use_mlp_bias": True,
     "use_patch_bias": True,
     "use_swiglu_ffn": False,
-    "use_gated_mlp": False,
     "use_query_bias": True,
     "use_value_bias": True,
     "use_proj_bias": True,
@@ -373,10 +372,11 @@ def _keras_hub_function(path, arguments):
     epsilon = _KERAS_HUB_EPSILON.get(class_name, "layer_norm_epsilon")
     arguments["layer_norm_epsilon"] = float(config[epsilon]) if epsilon else 1e-6
     activation = config.get("intermediate_activation", config.get("hidden_activation", "gelu"))
-    if activation not in ("gelu", "gelu_approximate"):
+    expected = ("silu", "swish") if arguments["mlp"] == "swiglu" else ("gelu", "gelu_approximate")
+    if activation not in expected:
         raise ValueError(
             f"{path!r}: its {class_name}'s MLP activation {activation!r} is not one that "
-            "keras_vit builds ('gelu', 'gelu_approximate')."
+            f"keras_vit builds for its MLP (mlp={arguments['mlp']!r}: one of {expected})."
         )
     arguments["approximate_gelu"] = activation == "gelu_approximate"
     if class_name == "DINOV2Backbone":  # its table's size; resampled to its images' size

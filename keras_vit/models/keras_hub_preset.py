@@ -88,14 +88,14 @@ def backbone_of(model):
         _refuse(model, f"images of any size (input_shape={a['input_shape']!r}); build it at one")
     if a["data_format"] != "channels_last":
         _refuse(model, f"data_format={a['data_format']!r}")
-    if a["mlp"] != "gelu":
-        _refuse(model, f"a gated MLP (mlp={a['mlp']!r})")
+    rope = a["position_embedding"] == "rope"
+    if a["mlp"] != "gelu" and not rope:
+        _refuse(model, f"a gated MLP (mlp={a['mlp']!r}) without rotary positions (DINOv3's)")
     patch = a["patch_size"][0]
     size = tuple(a["input_shape"])
     common = dict(num_layers=a["num_layers"], num_heads=a["num_heads"], hidden_dim=a["hidden_dim"])
-    rope = a["position_embedding"] == "rope"
     siglip = a["pooling"] == "map" and not a["class_token"]
-    if a["approximate_gelu"] and not siglip:
+    if a["approximate_gelu"] and a["mlp"] == "gelu" and not siglip:
         _refuse(model, "tanh GELU (approximate_gelu=True) outside a SigLIP-shaped model")
     if a["pooling"] == "map" and not siglip:
         _refuse(model, "attention pooling (pooling='map') beside a class token")
@@ -130,7 +130,13 @@ def backbone_of(model):
             apply_layernorm=False,
         )
         if rope:
-            config.update(layer_norm_eps=a["layer_norm_epsilon"], rope_theta=a["rope_base"])
+            gated = a["mlp"] == "swiglu"
+            config.update(
+                layer_norm_eps=a["layer_norm_epsilon"],
+                rope_theta=a["rope_base"],
+                use_gated_mlp=gated,
+                hidden_activation="silu" if gated else "gelu",
+            )
             return "DINOV3Backbone", config
         config.update(
             position_embedding_shape=size,

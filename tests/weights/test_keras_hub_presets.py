@@ -28,7 +28,7 @@ pytestmark = [
     ),
 ]
 
-FAMILIES = ("vit", "deit", "dinov2", "dinov3", "siglip")
+FAMILIES = ("vit", "deit", "dinov2", "dinov3", "dinov3_gated", "siglip")
 
 REFERENCE = """
 import json, os, numpy as np, keras, keras_hub
@@ -44,6 +44,9 @@ backbones = dict(
                                     **common),
     dinov3=lambda: M.DINOV3Backbone(intermediate_dim=32, num_register_tokens=3,
                                     image_shape=(16, 16, 3), rope_theta=50.0, **common),
+    # S+ and H+: a gated MLP, SiLU.
+    dinov3_gated=lambda: M.DINOV3Backbone(intermediate_dim=24, image_shape=(16, 16, 3),
+                                          use_gated_mlp=True, hidden_activation="silu", **common),
     siglip=lambda: M.SigLIPVisionEncoder(intermediate_dim=32, image_shape=(16, 16, 3), **common),
 )
 rng = np.random.default_rng(0)
@@ -102,6 +105,8 @@ def test_the_five_backbones_presets_load_with_keras_hubs_outputs(references):
     )
     vit_block = from_checkpoint(os.path.join(references, "vit")).get_layer("encoderblock_0")
     assert (vit_block.layer_norm_epsilon, vit_block.approximate_gelu) == (1e-5, False)
+    gated = from_checkpoint(os.path.join(references, "dinov3_gated")).get_layer("encoderblock_0")
+    assert gated.mlp == "swiglu"
     siglip_block = from_checkpoint(os.path.join(references, "siglip")).get_layer("encoderblock_0")
     assert siglip_block.approximate_gelu  # its "gelu_approximate"
 
@@ -152,6 +157,7 @@ WRITTEN = dict(
         rope_base=50.0,
         layer_norm_epsilon=1e-5,
     ),
+    dinov3_gated=dict(num_register_tokens=4, position_embedding="rope", mlp="swiglu"),
     siglip=dict(class_token=False, pooling="map", approximate_gelu=True),
 )
 
@@ -191,6 +197,7 @@ def test_save_to_preset_writes_what_keras_hub_loads_with_the_same_outputs(tmp_pa
         "deit": "DeiTBackbone",
         "dinov2": "DINOV2Backbone",
         "dinov3": "DINOV3Backbone",
+        "dinov3_gated": "DINOV3Backbone",
         "siglip": "SigLIPVisionEncoder",
     }
     outputs = run_python(

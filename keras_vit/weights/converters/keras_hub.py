@@ -44,6 +44,9 @@ class Family:
             `(D, heads, head_dim)`); else `Dense` `(D, D)`.
         final_norm: the group of the encoder's last LayerNorm.
         head: the pooling head's group (SigLIP's attention pooling).
+        gate: a gated MLP's gate projection under the block (DINOv3's
+            `use_gated_mlp`), whose outputs come first in keras_vit's
+            `SwiGLUDense` kernel.
     """
 
     embedding: str
@@ -55,6 +58,7 @@ class Family:
     per_head: bool = True
     position_table: str = ""
     head: str = ""
+    gate: str = ""
 
 
 _NORMS = {"0": "gamma", "1": "beta"}
@@ -117,6 +121,7 @@ FAMILIES = {
         attention="attention",
         per_head=False,
         final_norm="layers/layer_normalization",
+        gate="mlp/gate_proj",
     ),
     "SigLIPVisionEncoder": Family(
         embedding="layers/sig_lip_vision_embedding",
@@ -175,7 +180,7 @@ def _heads_kernel(value, num_heads, per_head):
 def to_canonical(tensors, num_heads, class_name, config):
     """A preset's flattened weights -> `{keras_vit weight path: array}`."""
     family = FAMILIES[class_name]
-    out, qkv = {}, {}
+    out, qkv, gates = {}, {}, {}
     embedding = family.embedding + "/"
     for index, target in enumerate(token_slots(class_name, config)):
         name = f"{embedding}{index}"
@@ -203,6 +208,9 @@ def to_canonical(tensors, num_heads, class_name, config):
         if rest in family.block_names:
             out[prefix + family.block_names[rest]] = value
             continue
+        if family.gate and rest.startswith(family.gate + "/"):
+            gates[(index, _DENSE[rest[-1]])] = value
+            continue
         found = projection.fullmatch(rest)
         if not found:
             continue
@@ -219,6 +227,9 @@ def to_canonical(tensors, num_heads, class_name, config):
         if kind == "bias" and (index, "bias", "key") not in qkv:
             # A key without bias (DINOv3's `use_key_bias=False`): a zero one is the same.
             qkv[(index, "bias", "key")] = np.zeros_like(qkv[(index, "bias", "query")])
+    for (index, kind), gate in gates.items():  # (SwiGLUDense: the gate's outputs first)
+        target = f"encoderblock_{index}/mlp_dense_1/{kind}"
+        out[target] = np.concatenate([gate, out[target]], axis=-1)
     if family.head:
         out.update(_pooling_head(tensors, family.head))
     return stack_qkv(out, qkv)
@@ -243,6 +254,11 @@ def _pooling_head(tensors, group):
         for i, weight in _DENSE.items():
             out[f"map_head/mlp_dense_{dense}/{weight}"] = tensors[f"{group}/mlp/fc{dense}/{i}"]
     return out
+
+
+def _group_of(family, target):
+    """The group under a block that holds keras_vit's `target` weight."""
+    return next(n.rsplit("/", 1)[0] for n, t in family.block_names.items() if t == target)
 
 
 def to_preset_tensors(canonical, class_name, config, num_layers):
@@ -272,6 +288,12 @@ def to_preset_tensors(canonical, class_name, config, num_layers):
         for name, target in family.block_names.items():
             group, position = name.rsplit("/", 1)
             groups.setdefault(f"{block}/{group}", {})[int(position)] = canonical[prefix + target]
+        if config.get("use_gated_mlp"):  # one SwiGLUDense kernel: the gate's half, then up's
+            up = groups[f"{block}/{_group_of(family, 'mlp_dense_1/kernel')}"]
+            (gate_kernel, up[0]), (gate_bias, up[1]) = (
+                np.split(v, 2, axis=-1) for v in up.values()
+            )
+            groups[f"{block}/{family.gate}"] = {0: gate_kernel, 1: gate_bias}
         kernel = canonical[prefix + "attention/qkv/kernel"]
         bias = canonical[prefix + "attention/qkv/bias"]
         for i, projection in enumerate(("query", "key", "value")):
