@@ -174,7 +174,7 @@ def _shapes(path, tensors):
         ),
         "layer_scale_init": 1.0 if "encoderblock_0/attention_scale/gamma" in shapes else None,
     }
-    if layout in ("official", "keras_vit"):  # kernels with a head axis
+    if layout in ("official", "big_vision", "keras_vit"):  # kernels with a head axis
         arguments["num_heads"] = int(shapes["encoderblock_0/attention/qkv/kernel"].shape[2])
     if arguments["include_top"]:
         arguments["classes"] = int(shapes["head/kernel"].shape[1])
@@ -403,6 +403,7 @@ def _keras_hub_function(path, arguments):
 
 _FUNCTION_OF_LAYOUT = {
     "official": _official_function,
+    "big_vision": _official_function,  # Flax's: tanh GELU, epsilon 1e-6, pixels in [-1, 1]
     "huggingface": _huggingface_function,
     "timm": _timm_function,
     "keras_vit": _keras_vit_function,

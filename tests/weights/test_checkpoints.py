@@ -403,6 +403,98 @@ def test_siglip_vision_tower_parity_pooled_and_tokens_at_two_sizes(siglip_refere
     np.testing.assert_allclose(scale, 1 / (255 * np.array([0.5, 0.5, 0.5])))
 
 
+def _big_vision_npz(hf, heads):
+    """A SigLIP two-tower `.npz` as big_vision writes it, from a `SiglipVisionModel` state dict.
+
+    The names and layouts of transformers' own conversion script
+    (`convert_siglip_to_hf.py`), read backwards; written here, apart from
+    keras_vit's tables, so that a name both got wrong cannot pass.
+    """
+    hf = {k.removeprefix("vision_model."): v for k, v in hf.items()}
+    width = hf["post_layernorm.weight"].shape[0]
+
+    def heads_kernel(weight):  # PyTorch (out, in) -> Flax (in, heads, head_dim)
+        return weight.T.reshape(width, heads, -1)
+
+    img = {
+        "embedding/kernel": hf["embeddings.patch_embedding.weight"].transpose(2, 3, 1, 0),
+        "embedding/bias": hf["embeddings.patch_embedding.bias"],
+        "pos_embedding": hf["embeddings.position_embedding.weight"][None],
+        "Transformer/encoder_norm/scale": hf["post_layernorm.weight"],
+        "Transformer/encoder_norm/bias": hf["post_layernorm.bias"],
+        "MAPHead_0/probe": hf["head.probe"],
+    }
+    modules = {
+        "layer_norm1": "LayerNorm_0",
+        "layer_norm2": "LayerNorm_1",
+        "mlp.fc1": "MlpBlock_0/Dense_0",
+        "mlp.fc2": "MlpBlock_0/Dense_1",
+        "self_attn.q_proj": "MultiHeadDotProductAttention_0/query",
+        "self_attn.k_proj": "MultiHeadDotProductAttention_0/key",
+        "self_attn.v_proj": "MultiHeadDotProductAttention_0/value",
+        "self_attn.out_proj": "MultiHeadDotProductAttention_0/out",
+    }
+    for name, value in hf.items():
+        parts = name.split(".")
+        if parts[:2] != ["encoder", "layers"]:
+            continue
+        module, param = ".".join(parts[3:-1]), parts[-1]
+        target = f"Transformer/encoderblock_{parts[2]}/{modules[module]}/"
+        if module.startswith("layer_norm"):
+            img[target + ("scale" if param == "weight" else "bias")] = value
+        elif module == "self_attn.out_proj":
+            img[target + "kernel" if param == "weight" else target + "bias"] = (
+                value.T.reshape(heads, -1, width) if param == "weight" else value
+            )
+        elif module.startswith("self_attn"):
+            img[target + "kernel" if param == "weight" else target + "bias"] = (
+                heads_kernel(value) if param == "weight" else value.reshape(heads, -1)
+            )
+        else:
+            img[target + ("kernel" if param == "weight" else "bias")] = (
+                value.T if param == "weight" else value
+            )
+    head = "MAPHead_0/MultiHeadDotProductAttention_0/"
+    weights = np.split(hf["head.attention.in_proj_weight"], 3)
+    biases = np.split(hf["head.attention.in_proj_bias"], 3)
+    for projection, weight, bias in zip(("query", "key", "value"), weights, biases):
+        img[f"{head}{projection}/kernel"] = heads_kernel(weight)
+        img[f"{head}{projection}/bias"] = bias.reshape(heads, -1)
+    img[f"{head}out/kernel"] = hf["head.attention.out_proj.weight"].T.reshape(heads, -1, width)
+    img[f"{head}out/bias"] = hf["head.attention.out_proj.bias"]
+    img["MAPHead_0/LayerNorm_0/scale"] = hf["head.layernorm.weight"]
+    img["MAPHead_0/LayerNorm_0/bias"] = hf["head.layernorm.bias"]
+    for hf_name, flax in (("fc1", "Dense_0"), ("fc2", "Dense_1")):
+        img[f"MAPHead_0/MlpBlock_0/{flax}/kernel"] = hf[f"head.mlp.{hf_name}.weight"].T
+        img[f"MAPHead_0/MlpBlock_0/{flax}/bias"] = hf[f"head.mlp.{hf_name}.bias"]
+    text = {  # the text tower, its temperature and bias: beside it, not read
+        "params/txt/Embed_0/embedding": np.zeros((50, 16), "float32"),
+        "params/t": np.zeros((1,), "float32"),
+        "params/b": np.zeros((1,), "float32"),
+    }
+    return {**{f"params/img/{k}": v for k, v in img.items()}, **text}
+
+
+def test_big_vision_siglip_npz_parity(tmp_path, siglip_reference):
+    from safetensors.numpy import load_file
+
+    out, _ = siglip_reference
+    path = tmp_path / "webli_en_b16_224.npz"
+    np.savez(path, **_big_vision_npz(load_file(os.path.join(out, "model.safetensors")), 4))
+    pooled = from_checkpoint(path, include_rescaling=False)
+    # Flax's convention, as SigLIP trained: tanh GELU, epsilon 1e-6, [-1, 1] pixels.
+    block = pooled.get_layer("encoderblock_0")
+    assert (block.approximate_gelu, block.layer_norm_epsilon) == (True, 1e-6)
+    assert "class_token" not in [layer.name for layer in pooled.layers]
+    assert max_error(pooled, out, 16, "pooled") <= 1e-5
+    tokens = from_checkpoint(path, include_rescaling=False, pooling=None)
+    assert max_error(tokens, out, 16, "tokens") <= 1e-5
+    larger = from_checkpoint(path, include_rescaling=False, input_shape=(24, 24, 3))
+    assert max_error(larger, out, 24, "pooled") <= 1e-5
+    scale = np.asarray(from_checkpoint(path).get_layer("rescaling").scale)
+    np.testing.assert_allclose(scale, 1 / 127.5)
+
+
 def test_dinov3_parity_pooled_and_tokens_at_any_resolution(tmp_path, dinov3_reference):
     out, eps = dinov3_reference
     path = os.path.join(out, "model.safetensors")

@@ -7,6 +7,7 @@ it) to a NumPy array of that weight's shape. Each source's module has
 function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:
 
 - `official`: google-research/vision_transformer `.npz` files;
+- `big_vision`: big_vision's SigLIP `.npz` files (the image tower);
 - `huggingface`: Hugging Face ViT / DeiT / DINOv2 / DINOv3 / ViTMAE / SigLIP vision state dicts;
 - `timm`: timm VisionTransformer state dicts;
 - `keras_vit`: this package's own `.keras` files;
@@ -16,10 +17,23 @@ function beyond shapes is read by `keras_vit.models.checkpoint_arguments`:
 
 import numpy as np
 
-from keras_vit.weights.converters import huggingface, keras_hub, keras_vit, official, timm
+from keras_vit.weights.converters import (
+    big_vision,
+    huggingface,
+    keras_hub,
+    keras_vit,
+    official,
+    timm,
+)
 from keras_vit.weights.readers import read_json_beside
 
-SOURCES = {"official": official, "huggingface": huggingface, "timm": timm, "keras_vit": keras_vit}
+SOURCES = {
+    "official": official,
+    "big_vision": big_vision,
+    "huggingface": huggingface,
+    "timm": timm,
+    "keras_vit": keras_vit,
+}
 
 
 def detect_layout(tensors):
@@ -35,6 +49,8 @@ def detect_layout(tensors):
         return "keras_vit"
     if "embedding/kernel" in names:
         return "official"
+    if big_vision.PREFIX + "embedding/kernel" in names:
+        return "big_vision"
     if "patch_embed.proj.weight" in names:
         return "timm"
     if any(
@@ -49,9 +65,9 @@ def detect_layout(tensors):
     ):
         return "huggingface"
     raise ValueError(
-        "Not a ViT checkpoint of a known layout (official .npz, Hugging Face, "
-        f"timm, keras-hub preset): none of its {len(names)} tensors is a patch embedding. "
-        f"First names: {sorted(names)[:5]}"
+        "Not a ViT checkpoint of a known layout (official or big_vision .npz, Hugging "
+        f"Face, timm, keras-hub preset): none of its {len(names)} tensors is a patch "
+        f"embedding. First names: {sorted(names)[:5]}"
     )
 
 

@@ -45,22 +45,23 @@ BLOCK_NAMES = {
 QKV_NAME = "MultiHeadDotProductAttention_1/{projection}/{kind}"
 
 
-def to_canonical(tensors, num_heads):
+def to_canonical(tensors, num_heads, names=NAMES, block_names=BLOCK_NAMES, qkv_name=QKV_NAME):
+    """The official names -> keras_vit's (another Flax layout's: its own tables)."""
     del num_heads  # the Flax kernels carry the head axis
     out = {}
     qkv = {}
     for name, value in tensors.items():
-        if name in NAMES:
-            out[NAMES[name]] = value
+        if name in names:
+            out[names[name]] = value
             continue
         match = re.fullmatch(r"Transformer/encoderblock_(\d+)/(.+)", name)
         if not match:
             continue
         index, rest = int(match[1]), match[2]
-        if rest in BLOCK_NAMES:
-            out[f"encoderblock_{index}/{BLOCK_NAMES[rest]}"] = value
+        if rest in block_names:
+            out[f"encoderblock_{index}/{block_names[rest]}"] = value
         projection = re.fullmatch(
-            QKV_NAME.format(projection="(query|key|value)", kind="(kernel|bias)"), rest
+            qkv_name.format(projection="(query|key|value)", kind="(kernel|bias)"), rest
         )
         if projection:
             qkv[(index, projection[2], projection[1])] = value
