@@ -28,7 +28,7 @@ pytestmark = [
     ),
 ]
 
-FAMILIES = ("vit", "deit", "dinov2", "dinov3", "dinov3_gated", "siglip")
+FAMILIES = ("vit", "deit", "dinov2", "dinov2_resampled", "dinov3", "dinov3_gated", "siglip")
 
 REFERENCE = """
 import json, os, numpy as np, keras, keras_hub
@@ -42,6 +42,9 @@ backbones = dict(
     dinov2=lambda: M.DINOV2Backbone(intermediate_dim=32, num_register_tokens=2,
                                     image_shape=(16, 16, 3), position_embedding_shape=(16, 16, 3),
                                     **common),
+    # Its table kept at another size, resampled to the images' when loaded.
+    dinov2_resampled=lambda: M.DINOV2Backbone(intermediate_dim=32, image_shape=(16, 16, 3),
+                                              position_embedding_shape=(28, 28, 3), **common),
     dinov3=lambda: M.DINOV3Backbone(intermediate_dim=32, num_register_tokens=3,
                                     image_shape=(16, 16, 3), rope_theta=50.0, **common),
     # S+ and H+: a gated MLP, SiLU.
