@@ -181,42 +181,6 @@ def _tensors(model, class_name, config):
     )
     canonical[keras_hub.RESAMPLED_TABLE] = canonical.get("position_embedding/embeddings")
     groups = keras_hub.to_preset_tensors(canonical, class_name, config, config["num_layers"])
-    family = keras_hub.FAMILIES[class_name]
-    if class_name == "SigLIPVisionEncoder":
-        tokens = canonical["position_embedding/embeddings"].shape[1]
-        groups[family.embedding] = [np.arange(tokens, dtype="int64")[None]]  # position ids
-        groups[family.head] = [canonical["map_head/probe"]]
-        head = family.head + "/attention"
-        kernel, bias = canonical["map_head/key_value_kernel"], canonical["map_head/key_value_bias"]
-        groups[f"{head}/query_dense"] = [
-            canonical["map_head/query_kernel"],
-            canonical["map_head/query_bias"],
-        ]
-        groups[f"{head}/key_dense"] = [kernel[:, 0], bias[0]]
-        groups[f"{head}/value_dense"] = [kernel[:, 1], bias[1]]
-        groups[f"{head}/output_dense"] = [
-            canonical["map_head/out_kernel"],
-            canonical["map_head/out_bias"],
-        ]
-        groups[f"{family.head}/layer_norm"] = [
-            canonical["map_head/norm/gamma"],
-            canonical["map_head/norm/beta"],
-        ]
-        for dense in ("1", "2"):
-            groups[f"{family.head}/mlp/fc{dense}"] = [
-                canonical[f"map_head/mlp_dense_{dense}/kernel"],
-                canonical[f"map_head/mlp_dense_{dense}/bias"],
-            ]
-    if not family.per_head:  # DINOv3's projections are Dense (D, D) layers
-        for index in range(config["num_layers"]):
-            block = family.block.format(suffix=f"_{index}" if index else "")
-            for projection in ("query", "key", "value", "output"):
-                group = groups[f"{block}/{family.attention}/{projection}_dense"]
-                kernel, bias = group
-                if projection == "output":
-                    group[0] = kernel.reshape(-1, kernel.shape[-1])
-                else:
-                    group[0], group[1] = kernel.reshape(kernel.shape[0], -1), bias.reshape(-1)
     return {group: values for group, values in groups.items() if values}
 
 

@@ -305,7 +305,48 @@ def to_preset_tensors(canonical, class_name, config, num_layers):
             canonical[prefix + "attention/out/kernel"],
             canonical[prefix + "attention/out/bias"],
         ]
-    return {
+    groups = {
         group: [values[i] for i in sorted(values)] if isinstance(values, dict) else values
         for group, values in groups.items()
     }
+    if family.head:
+        groups.update(_pooling_head_groups(canonical, family))
+    if not family.per_head:  # DINOv3's projections are Dense (D, D) layers
+        for index in range(num_layers):
+            block = family.block.format(suffix=f"_{index}" if index else "")
+            for projection in ("query", "key", "value", "output"):
+                group = groups[f"{block}/{family.attention}/{projection}_dense"]
+                kernel, bias = group
+                if projection == "output":
+                    group[0] = kernel.reshape(-1, kernel.shape[-1])
+                else:
+                    group[0], group[1] = kernel.reshape(kernel.shape[0], -1), bias.reshape(-1)
+    return groups
+
+
+def _pooling_head_groups(canonical, family):
+    """keras_vit's `map_head/*` -> SigLIP's pooling head (the inverse of `_pooling_head`)."""
+    tokens = canonical["position_embedding/embeddings"].shape[1]
+    head, attention = family.head, family.head + "/attention"
+    kernel, bias = canonical["map_head/key_value_kernel"], canonical["map_head/key_value_bias"]
+    groups = {
+        family.embedding: [np.arange(tokens, dtype="int64")[None]],  # its position ids
+        head: [canonical["map_head/probe"]],
+        f"{attention}/query_dense": [
+            canonical["map_head/query_kernel"],
+            canonical["map_head/query_bias"],
+        ],
+        f"{attention}/key_dense": [kernel[:, 0], bias[0]],
+        f"{attention}/value_dense": [kernel[:, 1], bias[1]],
+        f"{attention}/output_dense": [
+            canonical["map_head/out_kernel"],
+            canonical["map_head/out_bias"],
+        ],
+        f"{head}/layer_norm": [canonical["map_head/norm/gamma"], canonical["map_head/norm/beta"]],
+    }
+    for dense in ("1", "2"):
+        groups[f"{head}/mlp/fc{dense}"] = [
+            canonical[f"map_head/mlp_dense_{dense}/kernel"],
+            canonical[f"map_head/mlp_dense_{dense}/bias"],
+        ]
+    return groups
