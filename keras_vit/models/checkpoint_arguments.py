@@ -318,12 +318,18 @@ def _graph_function(configs, arguments):
     rescaling = configs.get("rescaling")
     arguments["include_rescaling"] = rescaling is not None
     if rescaling is not None:
-        channels = arguments["input_shape"][-1]
-        scale = np.broadcast_to(np.asarray(rescaling["scale"], "float64"), (channels,))
-        offset = np.broadcast_to(np.asarray(rescaling["offset"], "float64"), (channels,))
-        std = 1.0 / (255.0 * scale)
-        arguments["normalization"] = (tuple(-offset * std), tuple(std))
+        arguments["normalization"] = _mean_and_std(
+            rescaling["scale"], rescaling["offset"], arguments["input_shape"][-1]
+        )
     return arguments
+
+
+def _mean_and_std(scale, offset, channels):
+    """The `(mean, std)` of `[0, 255]` pixels rescaled as `x * scale + offset`."""
+    scale = np.broadcast_to(np.asarray(scale, "float64"), (channels,))
+    offset = np.broadcast_to(np.asarray(offset, "float64"), (channels,))
+    std = 1.0 / (255.0 * scale)
+    return tuple(-offset * std), tuple(std)
 
 
 def _keras_vit_function(path, arguments):
@@ -390,11 +396,9 @@ def _keras_hub_function(path, arguments):
     converter = read_json_beside(path, "image_converter.json").get("config", {})
     recorded = {"approximate_gelu", "layer_norm_epsilon", "position_embedding", "rope_base"}
     if converter.get("scale") is not None:
-        channels = arguments["input_shape"][-1]
-        scale = np.broadcast_to(np.asarray(converter["scale"], "float64"), (channels,))
-        offset = np.broadcast_to(np.asarray(converter.get("offset") or 0.0, "float64"), (channels,))
-        std = 1.0 / (255.0 * scale)
-        arguments["normalization"] = (tuple(-offset * std), tuple(std))
+        arguments["normalization"] = _mean_and_std(
+            converter["scale"], converter.get("offset") or 0.0, arguments["input_shape"][-1]
+        )
         recorded.add("normalization")
     else:
         arguments["normalization"] = _KERAS_HUB_PIXELS.get(class_name, "imagenet")

@@ -235,24 +235,26 @@ def to_canonical(tensors, num_heads, class_name, config):
     return stack_qkv(out, qkv)
 
 
+# SigLIP's `SigLIPMultiHeadAttentionPooling`: `{name under its group: keras_vit
+# weight}`, both ways; its key and value are one stacked kernel in keras_vit's
+# (`_KEY_VALUE`).
+_HEAD_NAMES = {
+    "0": "map_head/probe",
+    **{f"attention/query_dense/{i}": f"map_head/query_{w}" for i, w in _DENSE.items()},
+    **{f"attention/output_dense/{i}": f"map_head/out_{w}" for i, w in _DENSE.items()},
+    **{f"layer_norm/{i}": f"map_head/norm/{w}" for i, w in _NORMS.items()},
+    **{f"mlp/fc{d}/{i}": f"map_head/mlp_dense_{d}/{w}" for d in "12" for i, w in _DENSE.items()},
+}
+_KEY_VALUE = ("attention/key_dense", "attention/value_dense")
+
+
 def _pooling_head(tensors, group):
-    """SigLIP's `SigLIPMultiHeadAttentionPooling` -> keras_vit's `map_head/*`."""
-    out = {"map_head/probe": tensors[f"{group}/0"]}
-    for kind, index in (("kernel", "0"), ("bias", "1")):
-        out[f"map_head/query_{kind}"] = tensors[f"{group}/attention/query_dense/{index}"]
+    """SigLIP's pooling head -> keras_vit's `map_head/*`."""
+    out = {target: tensors[f"{group}/{name}"] for name, target in _HEAD_NAMES.items()}
+    for i, kind in _DENSE.items():  # (D, 2, heads, head_dim) and (2, heads, head_dim)
         out[f"map_head/key_value_{kind}"] = np.stack(
-            [
-                tensors[f"{group}/attention/key_dense/{index}"],
-                tensors[f"{group}/attention/value_dense/{index}"],
-            ],
-            axis=-3,  # (D, 2, heads, head_dim) and (2, heads, head_dim)
+            [tensors[f"{group}/{part}/{i}"] for part in _KEY_VALUE], axis=-3
         )
-        out[f"map_head/out_{kind}"] = tensors[f"{group}/attention/output_dense/{index}"]
-    for i, weight in _NORMS.items():
-        out[f"map_head/norm/{weight}"] = tensors[f"{group}/layer_norm/{i}"]
-    for dense in ("1", "2"):
-        for i, weight in _DENSE.items():
-            out[f"map_head/mlp_dense_{dense}/{weight}"] = tensors[f"{group}/mlp/fc{dense}/{i}"]
     return out
 
 
@@ -325,28 +327,15 @@ def to_preset_tensors(canonical, class_name, config, num_layers):
 
 
 def _pooling_head_groups(canonical, family):
-    """keras_vit's `map_head/*` -> SigLIP's pooling head (the inverse of `_pooling_head`)."""
+    """keras_vit's `map_head/*` -> SigLIP's pooling head (`_pooling_head` read backwards)."""
     tokens = canonical["position_embedding/embeddings"].shape[1]
-    head, attention = family.head, family.head + "/attention"
-    kernel, bias = canonical["map_head/key_value_kernel"], canonical["map_head/key_value_bias"]
-    groups = {
-        family.embedding: [np.arange(tokens, dtype="int64")[None]],  # its position ids
-        head: [canonical["map_head/probe"]],
-        f"{attention}/query_dense": [
-            canonical["map_head/query_kernel"],
-            canonical["map_head/query_bias"],
-        ],
-        f"{attention}/key_dense": [kernel[:, 0], bias[0]],
-        f"{attention}/value_dense": [kernel[:, 1], bias[1]],
-        f"{attention}/output_dense": [
-            canonical["map_head/out_kernel"],
-            canonical["map_head/out_bias"],
-        ],
-        f"{head}/layer_norm": [canonical["map_head/norm/gamma"], canonical["map_head/norm/beta"]],
-    }
-    for dense in ("1", "2"):
-        groups[f"{head}/mlp/fc{dense}"] = [
-            canonical[f"map_head/mlp_dense_{dense}/kernel"],
-            canonical[f"map_head/mlp_dense_{dense}/bias"],
-        ]
-    return groups
+    groups = {family.embedding: {0: np.arange(tokens, dtype="int64")[None]}}  # position ids
+    for name, target in _HEAD_NAMES.items():
+        group, _, index = f"{family.head}/{name}".rpartition("/")
+        groups.setdefault(group, {})[int(index)] = canonical[target]
+    for i, kind in _DENSE.items():
+        stacked = canonical[f"map_head/key_value_{kind}"]
+        for position, part in enumerate(_KEY_VALUE):
+            value = stacked[:, position] if kind == "kernel" else stacked[position]
+            groups.setdefault(f"{family.head}/{part}", {})[int(i)] = value
+    return {group: [values[i] for i in sorted(values)] for group, values in groups.items()}
