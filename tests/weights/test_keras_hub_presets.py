@@ -29,9 +29,14 @@ pytestmark = [
 ]
 
 FAMILIES = ("vit", "deit", "dinov2", "dinov2_resampled", "dinov3", "dinov3_gated", "siglip")
+# The references' architecture (the backbones' `common` below, and their MLP width).
+ARCH = dict(patch_size=4, hidden_dim=16, num_layers=2, num_heads=2, mlp_dim=32)
+# A model to refuse or write at once: one block, 16-px images, exact GELU.
+ONE_BLOCK = dict(ARCH, num_layers=1, input_shape=(16, 16, 3), approximate_gelu=False)
 
 REFERENCE = """
 import json, os, numpy as np, keras, keras_hub
+keras.utils.set_random_seed(0)  # the same reference every run (keras-hub's initializers)
 M = keras_hub.models
 root = {root!r}
 common = dict(patch_size=4, num_layers=2, num_heads=2, hidden_dim=16)
@@ -124,11 +129,7 @@ def test_a_presets_image_converter_is_its_pixels_and_a_builder_takes_the_folder(
     )
     np.testing.assert_allclose(scale, 1 / (255 * np.array([0.229, 0.224, 0.225])))
     built = keras_vit.ViT(
-        patch_size=4,
-        hidden_dim=16,
-        num_layers=2,
-        num_heads=2,
-        mlp_dim=32,
+        **ARCH,
         weights=folder,
         include_top=False,
         include_rescaling=False,
@@ -138,15 +139,7 @@ def test_a_presets_image_converter_is_its_pixels_and_a_builder_takes_the_folder(
     expected = np.load(os.path.join(folder, "outputs.npy"))
     assert np.abs(built.predict(x, verbose=0) - expected).max() <= 1e-5
     with pytest.raises(ValueError, match=r"layer_norm_epsilon=1e-06 contradicts"):
-        keras_vit.ViT(
-            patch_size=4,
-            hidden_dim=16,
-            num_layers=2,
-            num_heads=2,
-            mlp_dim=32,
-            weights=folder,
-            layer_norm_epsilon=1e-6,
-        )
+        keras_vit.ViT(**ARCH, weights=folder, layer_norm_epsilon=1e-6)
 
 
 WRITTEN = dict(
@@ -166,21 +159,17 @@ WRITTEN = dict(
 
 
 def test_save_to_preset_writes_what_keras_hub_loads_with_the_same_outputs(tmp_path):
+    keras.utils.set_random_seed(1)  # the same models every run
     rng = np.random.default_rng(1)
     x = rng.normal(size=(2, 16, 16, 3)).astype("float32")
     np.save(tmp_path / "images.npy", x)
     expected, classes = {}, {}
     for family, settings in WRITTEN.items():
         model = keras_vit.ViT(
-            patch_size=4,
-            hidden_dim=16,
-            num_layers=2,
-            num_heads=2,
-            mlp_dim=32,
+            **ARCH,
             input_shape=(16, 16, 3),
             include_top=False,
-            approximate_gelu=settings.pop("approximate_gelu", False),
-            **settings,
+            **{"approximate_gelu": False, **settings},
         )
         for weight in model.weights:
             weight.assign(weight.numpy() + 0.3 * rng.normal(size=weight.shape))
@@ -247,36 +236,18 @@ def test_save_to_preset_writes_what_keras_hub_loads_with_the_same_outputs(tmp_pa
 def test_a_model_without_a_keras_hub_equivalent_is_refused_naming_the_part(
     tmp_path, settings, part
 ):
-    arguments = dict(
-        patch_size=4,
-        hidden_dim=16,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=32,
-        input_shape=(16, 16, 3),
-        approximate_gelu=False,
-    )
-    model = keras_vit.ViT(**{**arguments, **settings})
+    model = keras_vit.ViT(**{**ONE_BLOCK, **settings})
     with pytest.raises(ValueError, match=part):
         model.save_to_preset(tmp_path / "preset")
     assert not (tmp_path / "preset").exists()  # refused before anything is written
 
 
 def test_a_quantized_or_lora_model_is_refused_and_a_merged_one_written(tmp_path):
-    arguments = dict(
-        patch_size=4,
-        hidden_dim=16,
-        num_layers=1,
-        num_heads=2,
-        mlp_dim=32,
-        input_shape=(16, 16, 3),
-        approximate_gelu=False,
-    )
-    quantized = keras_vit.ViT(**arguments)
+    quantized = keras_vit.ViT(**ONE_BLOCK)
     quantized.quantize("int8")
     with pytest.raises(ValueError, match=r"it is quantized"):
         quantized.save_to_preset(tmp_path / "quantized")
-    adapted = keras_vit.ViT(**arguments)
+    adapted = keras_vit.ViT(**ONE_BLOCK)
     adapted.enable_lora(2)
     with pytest.raises(ValueError, match=r"has LoRA adapters: merge them first"):
         adapted.save_to_preset(tmp_path / "lora")
@@ -296,9 +267,7 @@ def test_a_folder_with_files_is_not_written_into(tmp_path):
     folder = tmp_path / "preset"
     folder.mkdir()
     (folder / "notes.txt").write_text("mine")
-    model = keras_vit.ViT(
-        patch_size=4, hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32, input_shape=(16, 16, 3)
-    )
+    model = keras_vit.ViT(**ONE_BLOCK)
     with pytest.raises(ValueError, match=r"exists and is not an empty folder"):
         model.save_to_preset(folder)
     assert os.listdir(folder) == ["notes.txt"]
