@@ -6,6 +6,11 @@ from keras import ops
 from keras_vit.layers.gelu_dense import GeluDense
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.multi_head_self_attention import _projection_initializer, fresh_initializer
+from keras_vit.layers.projection import Projection
+
+# The projections' variables in the layer's own, as files of the earlier layout
+# hold them after the probe: kernels, then biases.
+_EARLIER_LAYOUT = ("query", "key_value", "out")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -22,6 +27,13 @@ class AttentionPooling(keras.layers.Layer):
 
     Prefix tokens (class, distillation, registers) are left out of the keys,
     as timm does by default.
+
+    The probe is the layer's own weight; its projections are sublayers, as
+    the encoder's attention's: `query` (kernel `(D, heads, head_dim)`),
+    `key_value` (`(D, 2, heads, head_dim)`, keys and values stacked on
+    axis 1) and `out` (`(heads, head_dim, D)`), each a `Projection`, which
+    Keras' `quantize` and keras_vit's LoRA (`enable_lora`: the query, the
+    value's slot of `key_value`) reach as they reach the encoder's.
 
     Args:
         num_heads: int, attention heads.
@@ -102,29 +114,28 @@ class AttentionPooling(keras.layers.Layer):
         self.probe = self.add_weight(
             name="probe", shape=(1, 1, hidden_dim), initializer=self._initializer()
         )
-        shapes = {
-            "query_kernel": (hidden_dim, self.num_heads, head_dim),
-            "key_value_kernel": (hidden_dim, 2, self.num_heads, head_dim),
-            "out_kernel": (self.num_heads, head_dim, hidden_dim),
-        }
-        for name, shape in shapes.items():
-            setattr(
-                self,
-                name,
-                self.add_weight(
-                    name=name,
-                    shape=shape,
-                    initializer=_projection_initializer(
-                        self._initializer(), hidden_dim, hidden_dim, shape
-                    ),
+        heads = (self.num_heads, head_dim)
+
+        def projection(equation, output_shape, bias_axes, kernel_shape, name):
+            return Projection(
+                equation,
+                output_shape,
+                bias_axes=bias_axes,
+                kernel_initializer=_projection_initializer(
+                    self._initializer(), hidden_dim, hidden_dim, kernel_shape
                 ),
+                name=name,
+                dtype=self.dtype_policy,
             )
-        for name, shape in (
-            ("query_bias", (self.num_heads, head_dim)),
-            ("key_value_bias", (2, self.num_heads, head_dim)),
-            ("out_bias", (hidden_dim,)),
-        ):
-            setattr(self, name, self.add_weight(name=name, shape=shape, initializer="zeros"))
+
+        self.query = projection("ab,bcd->acd", heads, "cd", (hidden_dim, *heads), "query")
+        self.query.build((None, hidden_dim))
+        self.key_value = projection(
+            "ab,bcde->acde", (2, *heads), "cde", (hidden_dim, 2, *heads), "key_value"
+        )
+        self.key_value.build((None, hidden_dim))
+        self.out = projection("abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out")
+        self.out.build((None, *heads))
         self.mlp_dense_2 = keras.layers.Dense(
             hidden_dim,
             kernel_initializer=self._initializer(),
@@ -136,23 +147,33 @@ class AttentionPooling(keras.layers.Layer):
         self.mlp_dense_1.build(probe_shape)
         self.mlp_dense_2.build((None, 1, self.mlp_dim))
 
+    def load_own_variables(self, store):
+        # Files of the earlier layout hold the projections' variables in this
+        # layer's own, after the probe: the three kernels, then their biases.
+        count = len(store.keys())
+        if count == 1:
+            return super().load_own_variables(store)
+        if count != 1 + 2 * len(_EARLIER_LAYOUT):
+            raise ValueError(
+                f"Layer {self.name!r} expected 1 variable (or 7 of the earlier file layout), "
+                f"but received {count} variables during loading."
+            )
+        self.probe.assign(store["0"])
+        for index, name in enumerate(_EARLIER_LAYOUT):
+            getattr(self, name).assign_loaded(store[str(1 + index)], store[str(4 + index)])
+
     def call(self, inputs):
         tokens = inputs[:, self.num_prefix_tokens :]
         head_dim = self.hidden_dim // self.num_heads
-        query = ops.einsum("d,dhk->hk", self.probe[0, 0], self.query_kernel) + self.query_bias
-        key_value = ops.matmul(
-            ops.reshape(tokens, (-1, self.hidden_dim)),
-            ops.reshape(self.key_value_kernel, (self.hidden_dim, -1)),
-        )
-        key_value = key_value + ops.reshape(self.key_value_bias, (-1,))
+        query = ops.reshape(self.query(self.probe[0]), (self.num_heads, head_dim))
+        key_value = self.key_value(ops.reshape(tokens, (-1, self.hidden_dim)))
         key_value = ops.reshape(key_value, (ops.shape(tokens)[0], -1, 2, self.num_heads, head_dim))
         key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
         scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim**-0.5, query.dtype)
         # The softmax in float32 under mixed precision, as the encoder's attention.
         probabilities = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), value.dtype)
         context = ops.einsum("bhn,bnhk->bhk", probabilities, value)
-        x = ops.einsum("bhk,hkd->bd", context, self.out_kernel) + self.out_bias
-        x = ops.expand_dims(x, 1)
+        x = ops.expand_dims(self.out(context), 1)
         x = x + self.mlp_dense_2(self.mlp_dense_1(self.norm(x)))
         return ops.reshape(x, (-1, self.hidden_dim))
 

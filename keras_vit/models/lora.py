@@ -2,10 +2,11 @@
 
 `enable_lora(model, rank)` freezes the encoder and adds trainable
 low-rank updates `(alpha / rank) * A @ B` to the chosen projections of every
-block (keras-hub's defaults: the query and the value); the head stays
-trainable. The query, key and value are slices of one fused kernel, each
-adapted on its own (`layers.Projection`); the attention output and the MLP's
-layers use Keras' own `enable_lora`. A saved `.keras` file holds the merged
+block and of an attention-pooling (MAP) head, SigLIP's (keras-hub's
+defaults: the query and the value); the classifier stays trainable. The
+query, key and value are slices of one fused kernel (the MAP head's key and
+value), each adapted on its own (`layers.Projection`); the attention output
+and the MLP's layers use Keras' own `enable_lora`. A saved `.keras` file holds the merged
 model (Keras' LoRA saves merged kernels); `save_lora_weights` writes the
 adapters and the head alone, a small file that `load_lora_weights` reads
 into a model with the same LoRA.
@@ -17,13 +18,25 @@ import keras
 import numpy as np
 
 from keras_vit import _compat, _options
+from keras_vit.layers.attention_pooling import AttentionPooling
 from keras_vit.layers.transformer_block import TransformerBlock
 
-# A target's layer in a block, and the slot of the fused q/k/v kernel.
+# A target's layer in a block (its attention's `qkv` and `out`, its MLP's
+# layers), and the slot of the fused q/k/v kernel.
 TARGETS = {
-    "query": ("qkv", 0),
-    "key": ("qkv", 1),
-    "value": ("qkv", 2),
+    "query": ("attention/qkv", 0),
+    "key": ("attention/qkv", 1),
+    "value": ("attention/qkv", 2),
+    "out": ("attention/out", None),
+    "mlp_dense_1": ("mlp_dense_1", None),
+    "mlp_dense_2": ("mlp_dense_2", None),
+}
+# The same targets in an attention-pooling (MAP) head: its probe's query,
+# its key and value stacked in one kernel, its output and MLP.
+POOLING_TARGETS = {
+    "query": ("query", None),
+    "key": ("key_value", 0),
+    "value": ("key_value", 1),
     "out": ("out", None),
     "mlp_dense_1": ("mlp_dense_1", None),
     "mlp_dense_2": ("mlp_dense_2", None),
@@ -38,10 +51,24 @@ def _blocks(model):
     return [layer for layer in _compat.all_layers(model) if isinstance(layer, TransformerBlock)]
 
 
+def _adapted_parts(model):
+    """The blocks, then any attention-pooling head: each part whose projections LoRA adapts."""
+    heads = [layer for layer in _compat.all_layers(model) if isinstance(layer, AttentionPooling)]
+    return _blocks(model) + heads
+
+
+def _target(part, name):
+    """`(layer, slot)`: the layer of `part` (a block or a MAP head) that target `name` adapts."""
+    table = POOLING_TARGETS if isinstance(part, AttentionPooling) else TARGETS
+    layer_path, slot = table[name]
+    layer = part
+    for attribute in layer_path.split("/"):
+        layer = getattr(layer, attribute)
+    return layer, slot
+
+
 def _target_layer(block, name):
-    layer_name, _ = TARGETS[name]
-    owner = block.attention if layer_name in ("qkv", "out") else block
-    return getattr(owner, layer_name)
+    return _target(block, name)[0]
 
 
 def frozen_layer(layer):
@@ -66,8 +93,7 @@ def lora_settings(model):
 
 
 def _has_lora(block, name):
-    layer = _target_layer(block, name)
-    slot = TARGETS[name][1]
+    layer, slot = _target(block, name)
     if slot is None:
         return bool(getattr(layer, "lora_enabled", False))
     return slot in (getattr(layer, "lora_slots", None) or ())
@@ -158,6 +184,10 @@ def _check(model, rank, target, alpha):
 def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
     """Adds LoRA adapters of `rank` to `target` projections of every block; freezes the rest.
 
+    A model with an attention-pooling head (`pooling="map"`, SigLIP's)
+    gets the same adapters on the head's projections: its query, its key
+    and value (slots of one kernel), its output and MLP.
+
     Args:
         model: a keras_vit model (a `VisionTransformer`, or a model holding
             its blocks).
@@ -192,20 +222,23 @@ def enable_lora(model, rank, target=DEFAULT_TARGETS, alpha=None):
     file holds each adapted kernel merged and requantized, as Keras saves its
     own int8 LoRA layers, and `merge_lora` returns that int8 model.
     """
-    target, blocks = _check(model, rank, target, alpha)
+    target, _ = _check(model, rank, target, alpha)
     for layer in model.layers:
         if layer.name not in TRAINED_LAYERS:
             layer.trainable = False
-    slots = sorted(TARGETS[name][1] for name in target if TARGETS[name][1] is not None)
-    whole = [name for name in target if TARGETS[name][1] is None]
-    for block in blocks:
-        if slots:
-            block.attention.qkv.trainable = True
-            block.attention.qkv.enable_lora(rank, lora_alpha=alpha, slots=slots)
-        for name in whole:
-            layer = _target_layer(block, name)
+    for part in _adapted_parts(model):
+        # Each adapted layer once, with the slots of its fused kernel (None: whole).
+        slots = {}
+        for name in target:
+            layer, slot = _target(part, name)
+            entry = slots.setdefault(layer.name, (layer, []))
+            if slot is not None:
+                entry[1].append(slot)
+        for layer, layer_slots in slots.values():
             layer.trainable = True
-            layer.enable_lora(rank, lora_alpha=alpha)
+            layer.enable_lora(
+                rank, lora_alpha=alpha, **({"slots": sorted(layer_slots)} if layer_slots else {})
+            )
     _compat.forget_traced_functions(model)
     return model
 

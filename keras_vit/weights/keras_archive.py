@@ -20,19 +20,20 @@ import numpy as np
 # order it creates them; a layer that creates fewer stops early (a Dense without
 # bias). The first pattern that matches the whole name applies.
 _VARIABLES = (
-    # Attention's projections are its sublayers `qkv` and `out`; files of the
-    # earlier layout held their variables in the attention layer's own.
+    # Attention's projections are its sublayers `qkv` and `out` (the MAP
+    # head's `query`, `key_value`, `out`); files of the earlier layout held
+    # their variables in the attention layer's (the head's) own.
     ("attention", ("qkv/kernel", "out/kernel", "qkv/bias", "out/bias")),
     (
         "map_head",
         (
             "probe",
-            "query_kernel",
-            "key_value_kernel",
-            "out_kernel",
-            "query_bias",
-            "key_value_bias",
-            "out_bias",
+            "query/kernel",
+            "key_value/kernel",
+            "out/kernel",
+            "query/bias",
+            "key_value/bias",
+            "out/bias",
         ),
     ),
     ("(class|distillation)_token", ("token",)),

@@ -193,11 +193,23 @@ def test_a_model_loaded_from_a_checkpoint_quantizes(tmp_path):
     np.testing.assert_array_equal(numpy(loaded(images)), numpy(model(images)))
 
 
+# Layers whose projections were once variables of their own: their
+# sublayers' variables in the order the layer held them (kernels, then biases).
+EARLIER_LAYOUTS = {
+    "attention": [("qkv", "0"), ("out", "0"), ("qkv", "1"), ("out", "1")],
+    "map_head": [
+        *[(projection, "0") for projection in ("query", "key_value", "out")],
+        *[(projection, "1") for projection in ("query", "key_value", "out")],
+    ],
+}
+
+
 def earlier_layout(path):
     """Rewrites a `.keras` file as keras_vit wrote it before attention's projections were layers.
 
     Each attention layer then held four variables of its own: the qkv
-    kernel, the out kernel, the qkv bias, the out bias.
+    kernel, the out kernel, the qkv bias, the out bias; a MAP head seven:
+    its probe, then the query, key-value and out kernels, then their biases.
     """
     import h5py
 
@@ -206,21 +218,33 @@ def earlier_layout(path):
     buffer = io.BytesIO(entries["model.weights.h5"])
     with h5py.File(buffer, "r+") as weights:
         groups = []
-        weights.visit(lambda name: groups.append(name) if name.endswith("/attention") else None)
-        for name in groups:
-            attention = weights[name]
-            order = [("qkv", "0"), ("out", "0"), ("qkv", "1"), ("out", "1")]
-            for index, (projection, key) in enumerate(order):
-                attention["vars"][str(index)] = np.asarray(attention[projection]["vars"][key])
-            del attention["qkv"], attention["out"]
+
+        def find(name, item):
+            if isinstance(item, h5py.Group) and "vars" in item:
+                layer = item["vars"].attrs.get("name")
+                if layer in EARLIER_LAYOUTS:
+                    groups.append((name, layer))
+
+        weights.visititems(find)
+        for name, layer in groups:
+            group = weights[name]
+            first = len(group["vars"])  # the MAP head's probe stays variable 0
+            for index, (projection, key) in enumerate(EARLIER_LAYOUTS[layer]):
+                group["vars"][str(first + index)] = np.asarray(group[projection]["vars"][key])
+            for projection in {projection for projection, _ in EARLIER_LAYOUTS[layer]}:
+                del group[projection]
     entries["model.weights.h5"] = buffer.getvalue()
     with zipfile.ZipFile(path, "w") as archive:
         for name, data in entries.items():
             archive.writestr(name, data)
 
 
-def test_files_of_the_earlier_attention_layout_load_every_way(tmp_path):
-    model = randomize_weights(keras_vit.ViT(**LOGITS))
+@pytest.mark.parametrize("pooling", ["token", "map"])
+def test_files_of_the_earlier_attention_layout_load_every_way(tmp_path, pooling):
+    architecture = {**LOGITS, "pooling": pooling}
+    if pooling == "map":
+        architecture["class_token"] = False
+    model = randomize_weights(keras_vit.ViT(**architecture))
     path = str(tmp_path / "earlier.keras")
     model.save(path)
     earlier_layout(path)
@@ -228,7 +252,7 @@ def test_files_of_the_earlier_attention_layout_load_every_way(tmp_path):
     expected = numpy(model(images))
     loaded = keras.saving.load_model(path)
     np.testing.assert_allclose(numpy(loaded(images)), expected, atol=1e-6)
-    from_file = keras_vit.ViT(**LOGITS, weights=path)
+    from_file = keras_vit.ViT(**architecture, weights=path)
     np.testing.assert_allclose(numpy(from_file(images)), expected, atol=1e-6)
     tensors = read_keras_weights(path)
     assert sorted(tensors) == sorted(weight.path for weight in model.weights)

@@ -72,6 +72,44 @@ def test_query_and_value_adapters_train_and_nothing_else_of_the_encoder_moves():
         assert np.linalg.matrix_rank(update.reshape(width, -1)) <= 4  # low rank
 
 
+def test_a_map_heads_attention_gets_the_adapters_of_the_blocks_and_merges_with_their_scale(
+    tmp_path,
+):
+    # SigLIP's layout: no class token, an attention-pooling head.
+    architecture = {**LOGITS, "class_token": False, "pooling": "map"}
+    model = randomize_weights(keras_vit.ViT(**architecture), scale=0.1)
+    base = {v.path: numpy(v) for v in model.weights}
+    model.enable_lora(2, alpha=6)  # a scale of 3
+    head = model.get_layer("map_head")
+    assert head.query.lora_enabled and head.query.lora_rank == 2  # the probe's query: whole
+    assert head.key_value.lora_slots == (1,)  # the value's slot; the key's left
+    trained = {variable.path for variable in model.trainable_weights}
+    for name in ("query", "key_value"):
+        assert {f"map_head/{name}/lora_kernel_a", f"map_head/{name}/lora_kernel_b"} <= trained
+    assert not {"map_head/probe", "map_head/out/kernel", "map_head/mlp_dense_1/kernel"} & trained
+    fit(model, epochs=1)
+    images, _ = images_and_labels()
+    expected = numpy(model(images))
+    # The merge is the frozen kernel plus (alpha / rank) A @ B, in the value's slot only.
+    a, b = (numpy(v)[0] for v in (head.key_value.lora_kernel_a, head.key_value.lora_kernel_b))
+    assert np.abs(b).max() > 1e-4  # the head's adapters trained
+    merged = keras_vit.models.merge_lora(model)
+    kernel = numpy(merged.get_layer("map_head").key_value.kernel)
+    frozen = base["map_head/key_value/kernel"]
+    np.testing.assert_array_equal(kernel[:, 0], frozen[:, 0])
+    np.testing.assert_allclose(
+        kernel[:, 1], frozen[:, 1] + 3 * (a @ b).reshape(frozen[:, 1].shape), atol=1e-6
+    )
+    np.testing.assert_allclose(numpy(merged(images)), expected, atol=1e-5)
+    path = str(tmp_path / "siglip.lora.h5")
+    model.save_lora_weights(path)
+    again = randomize_weights(keras_vit.ViT(**architecture), scale=0.1)
+    again.set_weights([base[v.path] for v in again.weights])
+    again.enable_lora(2, alpha=6)
+    again.load_lora_weights(path)
+    np.testing.assert_array_equal(numpy(again(images)), expected)
+
+
 def test_every_target_and_the_parameters_a_lora_fine_tune_trains():
     model = model_with_weights()
     total = sum(int(np.prod(v.shape)) for v in model.weights)

@@ -29,10 +29,10 @@ NAMES = {
     _MAP + "MlpBlock_0/Dense_0/bias": "map_head/mlp_dense_1/bias",
     _MAP + "MlpBlock_0/Dense_1/kernel": "map_head/mlp_dense_2/kernel",
     _MAP + "MlpBlock_0/Dense_1/bias": "map_head/mlp_dense_2/bias",
-    _MAP_ATTENTION + "query/kernel": "map_head/query_kernel",
-    _MAP_ATTENTION + "query/bias": "map_head/query_bias",
-    _MAP_ATTENTION + "out/kernel": "map_head/out_kernel",
-    _MAP_ATTENTION + "out/bias": "map_head/out_bias",
+    _MAP_ATTENTION + "query/kernel": "map_head/query/kernel",
+    _MAP_ATTENTION + "query/bias": "map_head/query/bias",
+    _MAP_ATTENTION + "out/kernel": "map_head/out/kernel",
+    _MAP_ATTENTION + "out/bias": "map_head/out/bias",
 }
 
 BLOCK_NAMES = {
@@ -57,5 +57,5 @@ def to_canonical(tensors, num_heads):
     for kind in ("kernel", "bias"):  # the MAP head's key and value: one stacked kernel
         key, value = (image.get(f"{_MAP_ATTENTION}{p}/{kind}") for p in ("key", "value"))
         if key is not None and value is not None:
-            out[f"map_head/key_value_{kind}"] = np.stack([key, value], axis=-3)
+            out[f"map_head/key_value/{kind}"] = np.stack([key, value], axis=-3)
     return out

@@ -65,7 +65,7 @@ def attention_pool(prefix, name, value, num_heads):
             shape = ((value.shape[-1],) if param == "weight" else ()) + parts + (num_heads, -1)
         value = linear(value) if param == "weight" else value
         return {
-            f"map_head/{target}_{'kernel' if param == 'weight' else 'bias'}": value.reshape(shape)
+            f"map_head/{target}/{'kernel' if param == 'weight' else 'bias'}": value.reshape(shape)
         }
     if module == "norm":
         return norm("map_head/norm", param, value)

@@ -240,8 +240,8 @@ def to_canonical(tensors, num_heads, class_name, config):
 # (`_KEY_VALUE`).
 _HEAD_NAMES = {
     "0": "map_head/probe",
-    **{f"attention/query_dense/{i}": f"map_head/query_{w}" for i, w in _DENSE.items()},
-    **{f"attention/output_dense/{i}": f"map_head/out_{w}" for i, w in _DENSE.items()},
+    **{f"attention/query_dense/{i}": f"map_head/query/{w}" for i, w in _DENSE.items()},
+    **{f"attention/output_dense/{i}": f"map_head/out/{w}" for i, w in _DENSE.items()},
     **{f"layer_norm/{i}": f"map_head/norm/{w}" for i, w in _NORMS.items()},
     **{f"mlp/fc{d}/{i}": f"map_head/mlp_dense_{d}/{w}" for d in "12" for i, w in _DENSE.items()},
 }
@@ -252,7 +252,7 @@ def _pooling_head(tensors, group):
     """SigLIP's pooling head -> keras_vit's `map_head/*`."""
     out = {target: tensors[f"{group}/{name}"] for name, target in _HEAD_NAMES.items()}
     for i, kind in _DENSE.items():  # (D, 2, heads, head_dim) and (2, heads, head_dim)
-        out[f"map_head/key_value_{kind}"] = np.stack(
+        out[f"map_head/key_value/{kind}"] = np.stack(
             [tensors[f"{group}/{part}/{i}"] for part in _KEY_VALUE], axis=-3
         )
     return out
@@ -334,7 +334,7 @@ def _pooling_head_groups(canonical, family):
         group, _, index = f"{family.head}/{name}".rpartition("/")
         groups.setdefault(group, {})[int(index)] = canonical[target]
     for i, kind in _DENSE.items():
-        stacked = canonical[f"map_head/key_value_{kind}"]
+        stacked = canonical[f"map_head/key_value/{kind}"]
         for position, part in enumerate(_KEY_VALUE):
             value = stacked[:, position] if kind == "kernel" else stacked[position]
             groups.setdefault(f"{family.head}/{part}", {})[int(i)] = value
