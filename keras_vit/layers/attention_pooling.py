@@ -116,7 +116,7 @@ class AttentionPooling(keras.layers.Layer):
         )
         heads = (self.num_heads, head_dim)
 
-        def projection(equation, output_shape, bias_axes, kernel_shape, name):
+        def projection(equation, output_shape, bias_axes, kernel_shape, name, **options):
             return Projection(
                 equation,
                 output_shape,
@@ -126,9 +126,13 @@ class AttentionPooling(keras.layers.Layer):
                 ),
                 name=name,
                 dtype=self.dtype_policy,
+                **options,
             )
 
-        self.query = projection("ab,bcd->acd", heads, "cd", (hidden_dim, *heads), "query")
+        # (Its kernel is one projection, `(D, heads, head_dim)`: LoRA's slot 0.)
+        self.query = projection(
+            "ab,bcd->acd", heads, "cd", (hidden_dim, *heads), "query", slotted=False
+        )
         self.query.build((None, hidden_dim))
         self.key_value = projection(
             "ab,bcde->acde", (2, *heads), "cde", (hidden_dim, 2, *heads), "key_value"

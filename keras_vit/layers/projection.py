@@ -43,6 +43,11 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
         symmetric_outputs: bool, whether the outputs' int8 range keeps zero
             point 0 (`True` where they are the right operand of LiteRT's
             int8 batch matmul: attention's keys and values).
+        slotted: bool, whether the kernel's axis 1 stacks projections
+            (`(D, 3, heads, head_dim)`: query, key and value), each of
+            which `enable_lora(..., slots=)` adapts on its own (`True`); or
+            the kernel is one projection of all its outputs (`(D, heads,
+            head_dim)`: a MAP head's query), slot 0 (`False`).
         **kwargs: the other arguments of `keras.layers.EinsumDense`.
 
     Example:
@@ -60,6 +65,7 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
         qat=None,
         round_inputs=True,
         symmetric_outputs=False,
+        slotted=True,
         **kwargs,
     ):
         match = _FLAT_EQUATION.fullmatch(equation)
@@ -73,6 +79,7 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
         self.qat = fake_quantization.check_qat(qat)
         self.round_inputs = round_inputs
         self.symmetric_outputs = bool(symmetric_outputs)
+        self.slotted = bool(slotted)
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -124,6 +131,13 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
     def own_lora(self):
         return self.lora_slots is not None
 
+    def _slot_layout(self):
+        """`(inputs, slots, outputs of a slot)`: the kernel as its LoRA slots see it."""
+        shape = tuple(_compat.stored_kernel(self).shape)
+        if self.slotted:
+            return shape[0], shape[1], math.prod(shape[2:])
+        return shape[0], 1, math.prod(shape[1:])
+
     def own_lora_update(self):
         """The slots' update of the kernel: `(alpha / rank) * A @ B` in each, zeros elsewhere.
 
@@ -132,12 +146,12 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
         updates = (self.lora_alpha / self.lora_rank) * ops.matmul(
             self.lora_kernel_a, self.lora_kernel_b
         )
-        shape = tuple(_compat.stored_kernel(self).shape)
         zeros = ops.zeros(updates.shape[1:], dtype=updates.dtype)
         columns = [
             updates[self.lora_slots.index(slot)] if slot in self.lora_slots else zeros
-            for slot in range(shape[1])
+            for slot in range(self._slot_layout()[1])
         ]
+        shape = tuple(_compat.stored_kernel(self).shape)
         return ops.reshape(ops.stack(columns, axis=1), shape)
 
     def own_lora_outputs(self, inputs, outputs_shape):
@@ -154,7 +168,7 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
             b = ops.cast(self.lora_kernel_b[index], self.compute_dtype)
             adapted[slot] = ops.matmul(ops.matmul(inputs, a), b) * scale
         zeros = ops.zeros_like(adapted[self.lora_slots[0]])
-        columns = [adapted.get(slot, zeros) for slot in range(_compat.stored_kernel(self).shape[1])]
+        columns = [adapted.get(slot, zeros) for slot in range(self._slot_layout()[1])]
         return ops.concatenate(columns, axis=-1)
 
     def enable_lora(
@@ -166,7 +180,10 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
         adapts the query and the value, each with its own `(D, rank)` and
         `(rank, heads * head_dim)` factors: LoRA as on separate query and
         value projections. (Keras' own LoRA of this kernel would factor
-        each slot and head apart.) The kernel is frozen; the merged kernel
+        each slot and head apart.) An unslotted kernel (`slotted=False`,
+        `(D, heads, head_dim)`) is one slot, 0: `(D, rank)` and `(rank,
+        heads * head_dim)` factors, where Keras' would give each head its
+        own. The kernel is frozen; the merged kernel
         is what `kernel` returns and what a saved file holds. On a layer
         quantized by Keras (`"int8"`), the adapters train beside the int8
         kernel and a saved file holds their merge requantized: Keras' QLoRA.
@@ -175,7 +192,8 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
             return super().enable_lora(rank, lora_alpha, a_initializer, b_initializer)
         shape = tuple(_compat.stored_kernel(self).shape)
         slots = tuple(slots)
-        if len(shape) < 3 or not slots or not set(slots) <= set(range(shape[1])):
+        inputs, count, outputs = self._slot_layout()
+        if (self.slotted and len(shape) < 3) or not slots or not set(slots) <= set(range(count)):
             raise ValueError(
                 f"`slots` must name slots of axis 1 of the kernel {shape}. "
                 f"Received: slots={slots!r}"
@@ -185,11 +203,10 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
                 f"LoRA needs a float or int8 layer without LoRA; {self.name!r} has "
                 f"{'LoRA' if self.lora_enabled else self.quantization_mode!r} already."
             )
-        outputs = math.prod(shape[2:])
         with _compat.state_unlocked(self):
             self.lora_kernel_a = self.add_weight(
                 name="lora_kernel_a",
-                shape=(len(slots), shape[0], rank),
+                shape=(len(slots), inputs, rank),
                 initializer=keras.initializers.get(a_initializer),
                 dtype="float32",
             )
@@ -227,6 +244,7 @@ class Projection(_compat.EinsumDenseWithOwnLoRA):
             "qat": self.qat,
             "round_inputs": self.round_inputs,
             "symmetric_outputs": self.symmetric_outputs,
+            "slotted": self.slotted,
         }
 
     def assign_loaded(self, kernel, bias=None):

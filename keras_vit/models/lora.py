@@ -34,7 +34,7 @@ TARGETS = {
 # The same targets in an attention-pooling (MAP) head: its probe's query,
 # its key and value stacked in one kernel, its output and MLP.
 POOLING_TARGETS = {
-    "query": ("query", None),
+    "query": ("query", 0),  # (one projection: slot 0 of an unslotted kernel)
     "key": ("key_value", 0),
     "value": ("key_value", 1),
     "out": ("out", None),

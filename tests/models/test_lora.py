@@ -81,8 +81,12 @@ def test_a_map_heads_attention_gets_the_adapters_of_the_blocks_and_merges_with_t
     base = {v.path: numpy(v) for v in model.weights}
     model.enable_lora(2, alpha=6)  # a scale of 3
     head = model.get_layer("map_head")
-    assert head.query.lora_enabled and head.query.lora_rank == 2  # the probe's query: whole
-    assert head.key_value.lora_slots == (1,)  # the value's slot; the key's left
+    # The probe's query, one (D, rank) @ (rank, D) update (not one per head);
+    # the value's slot of the key-value kernel, the key's left.
+    assert head.query.lora_slots == (0,) and head.key_value.lora_slots == (1,)
+    width = TINY["hidden_dim"]
+    assert tuple(head.query.lora_kernel_a.shape) == (1, width, 2)
+    assert tuple(head.query.lora_kernel_b.shape) == (1, 2, width)
     trained = {variable.path for variable in model.trainable_weights}
     for name in ("query", "key_value"):
         assert {f"map_head/{name}/lora_kernel_a", f"map_head/{name}/lora_kernel_b"} <= trained
@@ -100,6 +104,9 @@ def test_a_map_heads_attention_gets_the_adapters_of_the_blocks_and_merges_with_t
     np.testing.assert_allclose(
         kernel[:, 1], frozen[:, 1] + 3 * (a @ b).reshape(frozen[:, 1].shape), atol=1e-6
     )
+    a, b = (numpy(v)[0] for v in (head.query.lora_kernel_a, head.query.lora_kernel_b))
+    query = numpy(merged.get_layer("map_head").query.kernel) - base["map_head/query/kernel"]
+    np.testing.assert_allclose(query.reshape(width, -1), 3 * a @ b, atol=1e-6)
     np.testing.assert_allclose(numpy(merged(images)), expected, atol=1e-5)
     path = str(tmp_path / "siglip.lora.h5")
     model.save_lora_weights(path)
