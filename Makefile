@@ -58,6 +58,7 @@ test: setup lint
 	  done; \
 	done; \
 	wait; \
+	$(BIN)/python -c "from tests.warm_interpreters import end_servers; end_servers('.test-cache')"; \
 	failed=""; \
 	for suite in $$suites; do \
 	  if [ "$(PARALLEL)" != 0 ]; then echo "=== pytest: $$suite"; cat .test-logs/$$suite.log; fi; \

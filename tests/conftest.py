@@ -270,10 +270,13 @@ def pytest_runtest_protocol(item, nextitem):
         return
     import resource
 
+    from tests import warm_interpreters
+
     def used():
         own = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime, time.time()
+        forks = warm_interpreters.CHILDREN_CPU[0]
+        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime + forks, time.time()
 
     before = used()
     yield
@@ -430,10 +433,17 @@ def evaluated_accuracy(model_path):
     return float(re.search(r": accuracy ([0-9.]+),", printed.getvalue())[1])
 
 
-def run_python(code, backend=BACKEND, timeout=300):
-    """Runs `code` in a fresh interpreter under `backend`; returns stdout."""
+def run_python(code, backend=BACKEND, timeout=300, cold=False):
+    """Runs `code` in a fresh interpreter under `backend`; returns stdout.
+
+    The interpreter is forked from one that has imported the package and its
+    jobs (`tests.warm_interpreters`), unless `cold`: where the interpreter's
+    start is what the test checks (what an import does or leaves out).
+    """
+    from tests import warm_interpreters
+
     env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run(
+    result = (subprocess if cold else warm_interpreters).run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=env,
         capture_output=True,

@@ -25,7 +25,8 @@ def test_keras_file_round_trips_in_a_fresh_process(tmp_path, images):
         model = keras.saving.load_model({path!r})
         images = np.load(os.path.join({str(tmp_path)!r}, "images.npy"))
         np.save(os.path.join({str(tmp_path)!r}, "out.npy"), model.predict(images, verbose=0))
-        """
+        """,
+        cold=True,  # an interpreter that imported keras_vit and nothing else
     )
     expected = model.predict(images, verbose=0)
     np.testing.assert_array_equal(np.load(os.path.join(tmp_path, "out.npy")), expected)

@@ -18,6 +18,7 @@ import pytest
 
 import keras_vit
 from keras_vit.distribution import SHARDED_LAYOUTS, Distributed, device_mesh, distribute, layout_map
+from tests import warm_interpreters
 from tests.conftest import BACKEND, TINY, last_json_line, own_jax_compilations, run_python
 
 # One fit step on 16 images, on one device and on each given engine, both
@@ -288,7 +289,7 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(backend, tmp_pa
             **own_jax_compilations(tmp_path / f"jax_compilations_{index}"),
         )
         workers.append(
-            subprocess.Popen(
+            warm_interpreters.Popen(
                 [
                     sys.executable,
                     "-m",
@@ -337,7 +338,7 @@ def test_train_command_runs_model_parallel_on_simulated_devices(tmp_path):
 
     data = write_dataset(tmp_path / "data", per_class=16)
     out = str(tmp_path / "run")
-    result = subprocess.run(
+    result = warm_interpreters.run(
         [
             sys.executable,
             "-m",

@@ -547,7 +547,8 @@ def test_export_command_writes_checks_and_predict_reads_tflite(trained, fashion,
         assert capsys.readouterr().out.splitlines()[1].split()[0] == expected.split()[0], served
     dynamic = run / "model_dynamic.tflite"
     scores = keras_vit.export.TFLiteModel(dynamic)(test_images[:60])
-    assert evaluated(dynamic)[0] == pytest.approx(np.mean(scores.argmax(-1) == labels[:60]))
+    # (The report rounds to 4 decimals: 46 of 60 reads 0.7667.)
+    assert evaluated(dynamic)[0] == round(float(np.mean(scores.argmax(-1) == labels[:60])), 4)
 
     for arguments, message in (
         (["--quantize", "int8"], "--quantize applies to --format tflite only"),

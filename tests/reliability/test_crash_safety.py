@@ -16,6 +16,7 @@ import pytest
 
 import keras_vit
 from keras_vit.training import CrashSafeBackup, StopOnNonFiniteLoss, latest_checkpoint
+from tests import warm_interpreters
 from tests.conftest import INSTALLED_BACKENDS, TINY, on_one_backend, own_jax_compilations
 
 
@@ -215,7 +216,7 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_
 
     kills = []
     for moment in ("mid-epoch", "at a checkpoint"):
-        process = subprocess.Popen(
+        process = warm_interpreters.Popen(
             command(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         done_before, started = checkpoints(), time.time()
@@ -240,7 +241,7 @@ def test_killed_runs_resume_to_the_weights_of_an_uninterrupted_run(backend, tmp_
         for arguments in {[arguments(out), arguments(reference)]!r}:
             assert main(arguments) == 0, arguments
     """)
-    result = subprocess.run(
+    result = warm_interpreters.run(
         [sys.executable, "-c", both], env=env, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
