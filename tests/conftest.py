@@ -276,7 +276,11 @@ def pytest_runtest_protocol(item, nextitem):
         own = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         forks = warm_interpreters.CHILDREN_CPU[0]
-        return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime + forks, time.time()
+        return (
+            own.ru_utime + own.ru_stime,
+            children.ru_utime + children.ru_stime + forks,
+            time.time(),
+        )
 
     before = used()
     yield

@@ -193,7 +193,7 @@ def _fd(stream, mode):
 
 
 class Popen:
-    """`subprocess.Popen` for `[sys.executable, "-c" CODE | "-m" MODULE | SCRIPT, *ARGS]`, forked warm."""
+    """`subprocess.Popen` of `[sys.executable, "-c" CODE | "-m" MODULE | SCRIPT, *ARGS]`, warm."""
 
     def __init__(
         self, args, env=None, cwd=None, stdin=None, stdout=None, stderr=None, text=False, **_
@@ -421,7 +421,10 @@ def _run_child(request, fds):
         if argv[0] == "-c":
             sys.argv = ["-c", *argv[2:]]
             sys.path[0] = ""
-            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+            exec(
+                compile(argv[1], "<string>", "exec"),
+                {"__name__": "__main__", "__builtins__": builtins},
+            )
         elif argv[0] == "-m":
             import runpy
 
@@ -463,4 +466,3 @@ def _apply_request_settings():
             "jax_persistent_cache_min_entry_size_bytes",
             int(environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
         )
-
