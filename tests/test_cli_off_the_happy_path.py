@@ -25,6 +25,7 @@ from keras_vit.training import TrainingSettings
 from keras_vit.training.backup import latest_checkpoint
 from keras_vit.training.run import Run
 from keras_vit.training.run_folder import read_run, record_run
+from tests import warm_interpreters
 from tests.conftest import BACKEND, TINY, evaluated_accuracy, on_one_backend, own_jax_compilations
 from tests.test_console import console_environment
 from tests.training.test_train_command import write_dataset
@@ -235,18 +236,17 @@ def test_ctrl_c_prints_one_line_exits_130_and_the_same_command_resumes(folders, 
         "--output-dir",
         str(out),
     ]
-    # As from a terminal: SIGINT at its default (`make test` runs the suites in the
-    # background, whose children start with SIGINT ignored, and Python then never
-    # raises KeyboardInterrupt). A signalled JAX process may leave a cache entry
-    # half-written: its own compilation cache.
-    environment = console_environment(**own_jax_compilations(tmp_path / "jax_compilations"))
-    process = subprocess.Popen(
-        command,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    # As from a terminal: Python's own SIGINT handler (a warm interpreter installs
+    # it, as a fresh one does when SIGINT is at its default; `make test` runs the
+    # suites in the background, whose cold children would start with it ignored).
+    # The libraries' quiet start is tests/test_console.py's: their log level is
+    # set. A signalled JAX process may leave a cache entry half-written: its own
+    # compilation cache.
+    environment = console_environment(
+        TF_CPP_MIN_LOG_LEVEL="3", **own_jax_compilations(tmp_path / "jax_compilations")
+    )
+    process = warm_interpreters.Popen(
+        command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     deadline = time.time() + 600  # a loaded CI machine: epochs can take a while
     # Checkpoints replace each other: wait for any of epoch 2 or later.
@@ -587,7 +587,7 @@ def test_int8_export_and_running_it_print_only_the_packages_own_lines(tmp_path):
         f"runner = keras_vit.export.TFLiteModel({str(tmp_path / 'm.tflite')!r})\n"
         "print('exported', runner(images[:1]).shape)\n"
     )
-    done = subprocess.run(
+    done = warm_interpreters.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,

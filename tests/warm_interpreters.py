@@ -212,7 +212,10 @@ class Popen:
         request = json.dumps(
             {"argv": self.args[1:], "env": environment, "cwd": os.path.abspath(cwd or ".")}
         ).encode()
-        socket.send_fds(self._connection, [request], [fd for fd, _, _ in ends])
+        # The request's length and the three descriptors, then the request.
+        header = len(request).to_bytes(8, "big")
+        socket.send_fds(self._connection, [header], [fd for fd, _, _ in ends])
+        self._connection.sendall(request)
         for _, _, close in ends:
             if close is not None:
                 os.close(close)
@@ -384,7 +387,15 @@ def serve(address):
 
 def _fork_request(listener, connection):
     try:
-        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        header, fds, _, _ = socket.recv_fds(connection, 8, 3)
+        while len(header) < 8:
+            header += connection.recv(8 - len(header))
+        size, message = int.from_bytes(header, "big"), b""
+        while len(message) < size:
+            chunk = connection.recv(min(size - len(message), 1 << 20))
+            if not chunk:
+                raise OSError("the request ended early")
+            message += chunk
         request = json.loads(message)
     except (OSError, ValueError):
         return None

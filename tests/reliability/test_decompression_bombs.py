@@ -5,7 +5,6 @@ import json
 import os
 import resource
 import struct
-import subprocess
 import sys
 
 import numpy as np
@@ -16,6 +15,7 @@ from PIL import Image
 import keras_vit
 from keras_vit.data import image_limits
 from keras_vit.data import pipeline as vit_pipelines
+from tests import warm_interpreters
 from tests.bombs import gif_bomb, jpeg_bomb, png_bomb, webp_bomb
 from tests.conftest import BACKEND, TINY
 from tests.test_console import console_environment
@@ -237,8 +237,13 @@ def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
         "--model",
         str(tmp_path / "model.keras"),
     ]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=300, env=console_environment()
+    # (The libraries' quiet start is tests/test_console.py's: their log level is set.)
+    done = warm_interpreters.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=console_environment(TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert done.returncode == 1, done.stderr
     answered = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
