@@ -358,7 +358,7 @@ def serve(address):
         ready, _, _ = select.select([listener], [], [], 0.05)
         if ready:
             connection, _ = listener.accept()
-            pid = _fork_request(listener, connection)
+            pid = _fork_request(listener, connection, waiting)
             if pid is None:
                 connection.close()
             else:
@@ -385,7 +385,7 @@ def serve(address):
             return
 
 
-def _fork_request(listener, connection):
+def _fork_request(listener, connection, waiting):
     try:
         header, fds, _, _ = socket.recv_fds(connection, 8, 3)
         while len(header) < 8:
@@ -405,8 +405,8 @@ def _fork_request(listener, connection):
             os.close(fd)
         connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
         return pid
-    listener.close()
-    connection.close()
+    for held in (listener, connection, *waiting.values()):
+        held.close()  # (the other requests' connections are the server's)
     # Out of the server's loop as the interpreter's own exit: exit handlers
     # (JAX's distributed shutdown) and buffered output as after `python -c`.
     sys.exit(_run_child(request, fds))
