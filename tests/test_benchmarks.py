@@ -4,13 +4,13 @@ import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 from keras_vit.models import flop_count
+from tests import warm_interpreters
 from tests.conftest import BACKEND, load_benchmark, on_one_backend, randomize_weights
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,10 +26,32 @@ ONE_BLOCK = dict(
 )
 
 
+# The script as `python benchmarks/<script>.py ARGS` runs it, its fresh
+# processes (`harness.fresh_process`: the GEMM rate, each training run)
+# forked warm as the script's own interpreter is: what the quick runs check is
+# the benchmark's code (its children's commands, JSON, medians), not an
+# interpreter's start.
+RUN_WARM = """
+import runpy, sys, types
+from tests import warm_interpreters
+sys.path.insert(0, sys.argv[1].rsplit("/", 1)[0])
+import harness
+harness.subprocess = types.SimpleNamespace(run=warm_interpreters.run)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def run_benchmark(script, *arguments, timeout=900):
     """`benchmarks/<script>.py` with `arguments` in a fresh interpreter (TensorFlow's logs off)."""
-    return subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", f"{script}.py"), *arguments],
+    return warm_interpreters.run(
+        [
+            sys.executable,
+            "-c",
+            RUN_WARM,
+            os.path.join(ROOT, "benchmarks", f"{script}.py"),
+            *arguments,
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -358,7 +358,7 @@ def serve(address):
         ready, _, _ = select.select([listener], [], [], 0.05)
         if ready:
             connection, _ = listener.accept()
-            pid = _fork_request(listener, connection, waiting)
+            pid = _fork_request(listener, connection, waiting, address)
             if pid is None:
                 connection.close()
             else:
@@ -369,7 +369,7 @@ def serve(address):
                 connection = waiting.pop(pid)
                 answer = {
                     "returncode": os.waitstatus_to_exitcode(status),
-                    "cpu_seconds": usage.ru_utime + usage.ru_stime,
+                    "cpu_seconds": usage.ru_utime + usage.ru_stime + _forks_cpu(address, pid),
                 }
                 try:
                     connection.sendall(json.dumps(answer).encode() + b"\n")
@@ -385,7 +385,19 @@ def serve(address):
             return
 
 
-def _fork_request(listener, connection, waiting):
+def _forks_cpu(address, pid):
+    """The CPU seconds of the forks that fork `pid` started and saw end (it left them a file)."""
+    path = f"{address}.{pid}.cpu"
+    try:
+        with open(path) as f:
+            seconds = float(f.read())
+    except (OSError, ValueError):
+        return 0.0
+    os.unlink(path)
+    return seconds
+
+
+def _fork_request(listener, connection, waiting, address):
     try:
         header, fds, _, _ = socket.recv_fds(connection, 8, 3)
         while len(header) < 8:
@@ -409,7 +421,11 @@ def _fork_request(listener, connection, waiting):
         held.close()  # (the other requests' connections are the server's)
     # Out of the server's loop as the interpreter's own exit: exit handlers
     # (JAX's distributed shutdown) and buffered output as after `python -c`.
-    sys.exit(_run_child(request, fds))
+    code = _run_child(request, fds)
+    if CHILDREN_CPU[0]:  # (forks it started itself: the server reaped them, not it)
+        with open(f"{address}.{os.getpid()}.cpu", "w") as f:
+            f.write(repr(CHILDREN_CPU[0]))
+    sys.exit(code)
 
 
 def _run_child(request, fds):
