@@ -63,8 +63,12 @@ def test_a_fork_runs_its_command_in_its_own_process_with_its_streams_and_exit_co
 
 def test_a_fork_can_be_killed_and_interrupted_as_a_process():
     sleeper = warm_interpreters.Popen(
-        [sys.executable, "-c", "import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
-         "    raise SystemExit(130)"],  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import time\ntry:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n"
+            "    raise SystemExit(130)",
+        ],  # fmt: skip
         env=environment(),
         stdout=subprocess.DEVNULL,
     )

@@ -49,6 +49,11 @@ class AttentionPooling(keras.layers.Layer):
 
     Call arguments:
         inputs: tokens `(batch, tokens, hidden_dim)`.
+        sizes: `None`, or `(batch, tokens - num_prefix_tokens)`: the patches
+            each token stands for after token merging
+            (`models.merge_tokens`); each key's logit gains `log(size)`, as
+            ToMe's proportional attention (a token of size 2 weighs as the
+            two tokens it was).
 
     Returns:
         `(batch, hidden_dim)`.
@@ -166,7 +171,7 @@ class AttentionPooling(keras.layers.Layer):
         for index, name in enumerate(_EARLIER_LAYOUT):
             getattr(self, name).assign_loaded(store[str(1 + index)], store[str(4 + index)])
 
-    def call(self, inputs):
+    def call(self, inputs, sizes=None):
         tokens = inputs[:, self.num_prefix_tokens :]
         head_dim = self.hidden_dim // self.num_heads
         query = ops.reshape(self.query(self.probe[0]), (self.num_heads, head_dim))
@@ -175,7 +180,10 @@ class AttentionPooling(keras.layers.Layer):
         key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
         scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim**-0.5, query.dtype)
         # The softmax in float32 under mixed precision, as the encoder's attention.
-        probabilities = ops.cast(ops.softmax(ops.cast(scores, "float32"), axis=-1), value.dtype)
+        scores = ops.cast(scores, "float32")
+        if sizes is not None:
+            scores = scores + ops.log(ops.cast(sizes, "float32"))[:, None, :]
+        probabilities = ops.cast(ops.softmax(scores, axis=-1), value.dtype)
         context = ops.einsum("bhn,bnhk->bhk", probabilities, value)
         x = ops.expand_dims(self.out(context), 1)
         x = x + self.mlp_dense_2(self.mlp_dense_1(self.norm(x)))
@@ -183,6 +191,9 @@ class AttentionPooling(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])
+
+    def compute_output_spec(self, inputs, sizes=None):
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

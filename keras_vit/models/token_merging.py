@@ -38,7 +38,9 @@ def merge_tokens(model, r):
             of a fixed input size with `pooling="token"` (the class token's
             features: the paper's, DeiT's and DINOv2's heads; a distilled
             DeiT's two heads, its class and distillation tokens never
-            merged).
+            merged) or `pooling="map"` (SigLIP's attention-pooling head,
+            whose probe then attends in proportion too: each key's logit
+            gains `log(size)`).
         r: int >= 1, the pairs merged in each block; at most what the
             patches allow (`largest_merge`, e.g. 19 for the 256 patches of
             a ViT-S/14 at 224 px).
@@ -59,14 +61,16 @@ def merge_tokens(model, r):
     if not isinstance(model, keras.Model):
         raise TypeError(f"`model` must be a keras_vit model. Received: model={model!r}")
     blocks = encoder_blocks(model)
-    pooling = next((layer for layer in model.layers if isinstance(layer, TokenPooling)), None)
-    if pooling is None or pooling.mode != "token" or len(model.inputs) + len(model.outputs) != 2:
-        mode = getattr(pooling, "mode", None)
-        if any(isinstance(layer, AttentionPooling) for layer in model.layers):
-            mode = "map"  # (a MAP head would attend over merged tokens as single ones)
+    pooling = next(
+        (layer for layer in model.layers if isinstance(layer, (TokenPooling, AttentionPooling))),
+        None,
+    )
+    mode = "map" if isinstance(pooling, AttentionPooling) else getattr(pooling, "mode", None)
+    if mode not in ("token", "map") or len(model.inputs) + len(model.outputs) != 2:
         raise ValueError(
-            "merge_tokens needs a model with pooling='token' (the class token's features) "
-            f"and one output. Received: model {model.name!r} with pooling {mode!r}"
+            "merge_tokens needs a model with pooling='token' (the class token's features) or "
+            f"'map' (a MAP head) and one output. Received: model {model.name!r} with pooling "
+            f"{mode!r}"
         )
     if any(layer.name == "rotary_embedding" for layer in model.layers):
         raise ValueError(
@@ -115,6 +119,11 @@ def _merged_graph(model, r, pooling):
             config = {**layer.get_config(), "remat": False}
             copy = TokenMergingBlock(r=r, num_prefix_tokens=pooling.num_prefix_tokens, **config)
             output, sizes = copy(taken[0] if sizes is None else [taken[0], sizes])
+        elif isinstance(layer, AttentionPooling):
+            # Proportional attention in the MAP head too: a merged token weighs as
+            # the patches it stands for.
+            copy = AttentionPooling.from_config(layer.get_config())
+            output = copy(taken[0], sizes=sizes)
         else:
             copy = type(layer).from_config(layer.get_config())
             output = copy(taken if several else taken[0])
