@@ -1,4 +1,4 @@
-"""The suite's warm interpreters behave as the fresh ones they stand for (tests/warm_interpreters.py)."""
+"""The suite's warm interpreters behave as the fresh ones they stand for."""
 
 import json
 import os
