@@ -295,11 +295,16 @@ class Popen:
         return tuple(outputs)
 
 
-def run(args, capture_output=False, timeout=None, text=False, **options):
+def run(args, capture_output=False, timeout=None, text=False, input=None, **options):
     """`subprocess.run` in a warm interpreter."""
     if capture_output:
         options.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        options["stdin"] = subprocess.PIPE
     process = Popen(args, text=text, **options)
+    if input is not None:
+        process.stdin.write(input.encode() if isinstance(input, str) else input)
+        process.stdin.close()
     try:
         stdout, stderr = _read_both(process, timeout)
     except subprocess.TimeoutExpired:
