@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_vit.layers.gelu_dense import GeluDense
+from keras_vit.layers import fake_quantization
+from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.multi_head_self_attention import _projection_initializer, fresh_initializer
 from keras_vit.layers.projection import Projection
@@ -45,6 +46,13 @@ class AttentionPooling(keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to 1e-6.
         kernel_initializer: initializer of the projections and the MLP.
             Defaults to `"glorot_uniform"` (big_vision's `xavier_uniform`).
+        qat: `None`, `"int8"` or `"int8_full"`: the LiteRT mode that training
+            simulates (`layers.fake_quantization`), as the encoder's blocks
+            do: the projections and the MLP, the probabilities and the
+            context and, with `"int8_full"`, the scaled query, the logits,
+            the norm's steps and the residual addition. The norm then has
+            no scale and offset (a quantization-aware copy folds them into
+            `mlp_dense_1`).
         **kwargs: base layer keyword arguments, e.g. `name` and `dtype`.
 
     Call arguments:
@@ -73,9 +81,11 @@ class AttentionPooling(keras.layers.Layer):
         approximate_gelu=False,
         layer_norm_epsilon=1e-6,
         kernel_initializer="glorot_uniform",
+        qat=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qat = fake_quantization.check_qat(qat)
         for name, value, least in (
             ("num_heads", num_heads, 1),
             ("mlp_dim", mlp_dim, 1),
@@ -90,11 +100,14 @@ class AttentionPooling(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         common = {"dtype": self.dtype_policy}
-        self.norm = LayerNormalization(epsilon=layer_norm_epsilon, name="norm", **common)
+        self.norm = LayerNormalization(
+            epsilon=layer_norm_epsilon, qat=self.qat, name="norm", **common
+        )
         self.mlp_dense_1 = GeluDense(
             mlp_dim,
             approximate=approximate_gelu,
             kernel_initializer=self._initializer(),
+            qat=self.qat,
             name="mlp_dense_1",
             **common,
         )
@@ -129,6 +142,7 @@ class AttentionPooling(keras.layers.Layer):
                 kernel_initializer=_projection_initializer(
                     self._initializer(), hidden_dim, hidden_dim, kernel_shape
                 ),
+                qat=self.qat,
                 name=name,
                 dtype=self.dtype_policy,
                 **options,
@@ -139,22 +153,48 @@ class AttentionPooling(keras.layers.Layer):
             "ab,bcd->acd", heads, "cd", (hidden_dim, *heads), "query", slotted=False
         )
         self.query.build((None, hidden_dim))
+        # Keys and values are the right operands of LiteRT's int8 batch
+        # matmuls, taken at zero point 0 (as the encoder's attention's).
         self.key_value = projection(
-            "ab,bcde->acde", (2, *heads), "cde", (hidden_dim, 2, *heads), "key_value"
+            "ab,bcde->acde",
+            (2, *heads),
+            "cde",
+            (hidden_dim, 2, *heads),
+            "key_value",
+            symmetric_outputs=True,
         )
         self.key_value.build((None, hidden_dim))
-        self.out = projection("abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out")
+        # (Its inputs, the context, are rounded here.)
+        self.out = projection(
+            "abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out", round_inputs=False
+        )
         self.out.build((None, *heads))
-        self.mlp_dense_2 = keras.layers.Dense(
+        dense = keras.layers.Dense if self.qat is None else QuantizationAwareDense
+        self.mlp_dense_2 = dense(
             hidden_dim,
             kernel_initializer=self._initializer(),
             name="mlp_dense_2",
             dtype=self.dtype_policy,
+            # (Its inputs, GELU's outputs, are rounded by `mlp_dense_1`.)
+            **({} if self.qat is None else {"qat": self.qat, "round_inputs": False}),
         )
-        probe_shape = (None, 1, hidden_dim)
+        probe_shape = (None, hidden_dim)
         self.norm.build(probe_shape)
+        levels = self.out.quantizers.get("outputs")
+        if levels is not None:  # (the norm reads `out`'s int8 outputs; their range is not moved)
+            self.norm.round_to_input_levels = lambda x: levels(x, training=False)
         self.mlp_dense_1.build(probe_shape)
-        self.mlp_dense_2.build((None, 1, self.mlp_dim))
+        self.mlp_dense_2.build((None, self.mlp_dim))
+        self.quantizers = fake_quantization.quantizers(
+            self.qat,
+            {
+                "scaled_query": "steps",
+                "logits": "steps",
+                "probabilities": "activations",
+                "context": "activations",
+                "mlp_residual": "steps",
+            },
+        )
 
     def load_own_variables(self, store):
         # Files of the earlier layout hold the projections' variables in this
@@ -171,28 +211,40 @@ class AttentionPooling(keras.layers.Layer):
         for index, name in enumerate(_EARLIER_LAYOUT):
             getattr(self, name).assign_loaded(store[str(1 + index)], store[str(4 + index)])
 
-    def call(self, inputs, sizes=None):
+    def call(self, inputs, sizes=None, training=None):
+        def point(name, x):
+            return fake_quantization.at_point(self.quantizers, name, x, training)
+
         tokens = inputs[:, self.num_prefix_tokens :]
         head_dim = self.hidden_dim // self.num_heads
-        query = ops.reshape(self.query(self.probe[0]), (self.num_heads, head_dim))
-        key_value = self.key_value(ops.reshape(tokens, (-1, self.hidden_dim)))
+        # The probe's query, scaled before the product (as the encoder's
+        # attention), `(1, heads, 1, head_dim)`: one query for every image.
+        query = ops.reshape(self.query(self.probe[0], training=training), (1, -1, 1, head_dim))
+        query = point("scaled_query", query * ops.cast(head_dim**-0.5, query.dtype))
+        key_value = self.key_value(ops.reshape(tokens, (-1, self.hidden_dim)), training=training)
         key_value = ops.reshape(key_value, (ops.shape(tokens)[0], -1, 2, self.num_heads, head_dim))
         key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
-        scores = ops.einsum("hk,bnhk->bhn", query, key) * ops.cast(head_dim**-0.5, query.dtype)
+        # Head-major batched matmuls, the keys and values their right operands
+        # (LiteRT's int8 BATCH_MATMUL, as the encoder's attention converts).
+        logits = ops.matmul(query, ops.transpose(key, (0, 2, 3, 1)))  # (batch, heads, 1, keys)
         # The softmax in float32 under mixed precision, as the encoder's attention.
-        scores = ops.cast(scores, "float32")
+        logits = ops.cast(logits, "float32")
         if sizes is not None:
-            scores = scores + ops.log(ops.cast(sizes, "float32"))[:, None, :]
-        probabilities = ops.cast(ops.softmax(scores, axis=-1), value.dtype)
-        context = ops.einsum("bhn,bnhk->bhk", probabilities, value)
-        x = ops.expand_dims(self.out(context), 1)
-        x = x + self.mlp_dense_2(self.mlp_dense_1(self.norm(x)))
-        return ops.reshape(x, (-1, self.hidden_dim))
+            logits = logits + ops.log(ops.cast(sizes, "float32"))[:, None, None, :]
+        probabilities = point("probabilities", ops.softmax(point("logits", logits), axis=-1))
+        context = ops.matmul(
+            ops.cast(probabilities, value.dtype), ops.transpose(value, (0, 2, 1, 3))
+        )
+        context = point("context", ops.reshape(context, (-1, self.num_heads, head_dim)))
+        x = self.out(context, training=training)
+        y = self.mlp_dense_1(self.norm(x, training=training), training=training)
+        x = point("mlp_residual", x + self.mlp_dense_2(y, training=training))
+        return x
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])
 
-    def compute_output_spec(self, inputs, sizes=None):
+    def compute_output_spec(self, inputs, sizes=None, training=None):
         return keras.KerasTensor(self.compute_output_shape(inputs.shape), self.compute_dtype)
 
     def get_config(self):
@@ -205,6 +257,7 @@ class AttentionPooling(keras.layers.Layer):
                 "approximate_gelu": self.approximate_gelu,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "qat": self.qat,
             }
         )
         return config

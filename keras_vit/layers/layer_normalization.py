@@ -89,6 +89,12 @@ class LayerNormalization(keras.layers.LayerNormalization):
         super().__init__(**kwargs)
         self.qat = qat
 
+    # Where this layer's inputs are int8 in the file, the rounding to their
+    # levels (a function, set by the layer that rounds them; not
+    # configuration): LiteRT's MEAN of int8 values keeps its input's scale,
+    # so the mean is rounded so where the mode has no point of its own for it.
+    round_to_input_levels = None
+
     def build(self, input_shape):
         super().build(input_shape)
         self.quantizers = fake_quantization.quantizers(self.qat, self.points)
@@ -98,7 +104,10 @@ class LayerNormalization(keras.layers.LayerNormalization):
             return fake_quantization.at_point(self.quantizers, name, x, training)
 
         x = ops.cast(inputs, "float32")
-        mean = point("mean", ops.mean(x, axis=-1, keepdims=True))
+        mean = ops.mean(x, axis=-1, keepdims=True)
+        if "mean" not in self.quantizers and self.round_to_input_levels is not None:
+            mean = self.round_to_input_levels(mean)
+        mean = point("mean", mean)
         centered = point("centered", x - mean)
         variance = point("variance", ops.mean(point("squared", centered * centered), -1, True))
         shifted = point("shifted_variance", variance + self.epsilon)

@@ -10,8 +10,9 @@ missing takes the parts' defaults.
 from keras_vit.models import parts
 
 # Poolings that commute with a rotation of the token features: a slice and a
-# mean do; a max does not, and "token_gap"'s head reads two copies of the stream.
-ROTATABLE_POOLINGS = ("token", "gap", "avg")
+# mean do, and a MAP head's keys and values take it into their kernel; a max
+# does not, and "token_gap"'s head reads two copies of the stream.
+ROTATABLE_POOLINGS = ("token", "gap", "avg", "map")
 
 
 def _layout(arguments):
@@ -26,8 +27,8 @@ def unrotatable(arguments):
     """`{argument: value}` of what `rotation.rotated_copy` cannot rewrite (empty: it can).
 
     The layout it rewrites: patches of pixels, a learned position table,
-    class-token or average pooling, no `pre_logits` layer, one or two
-    plain heads, the paper's MLP.
+    class-token, average or attention (MAP) pooling, no `pre_logits`
+    layer, one or two plain heads, the paper's MLP.
 
     Example:
 

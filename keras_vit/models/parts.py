@@ -496,6 +496,7 @@ class Head:
                 num_prefix_tokens=num_prefix_tokens,
                 approximate_gelu=encoder.approximate_gelu,
                 layer_norm_epsilon=encoder.layer_norm_epsilon,
+                qat=qat,
                 name="map_head",
                 dtype=dtype,
             )(tokens)

@@ -54,7 +54,8 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
     Args:
         model: a keras_vit `VisionTransformer` with a head (`include_top`),
             of the plain layout (learned position embeddings, class token,
-            no stem, `pre_logits`, distillation token or attention pooling;
+            no stem, `pre_logits` or distillation token; attention (MAP)
+            pooling is taken;
             LayerScale is folded). A LoRA model is merged first. `model`
             itself is left as it is.
         mode: `"int8"` or `"int8_full"`, the `quantization` the copy will

@@ -40,6 +40,26 @@ _STREAM_WRITERS = (
     "position_embedding/embeddings",
 )
 _READERS = ("head", "head_dist")
+# A MAP head (`layers.AttentionPooling`): its keys and values read the
+# encoder's stream; the rest is the head's own width, which stays unrotated.
+_MAP_HEAD_WEIGHTS = tuple(
+    f"map_head/{name}"
+    for name in (
+        "probe",
+        "query/kernel",
+        "query/bias",
+        "key_value/kernel",
+        "key_value/bias",
+        "out/kernel",
+        "out/bias",
+        "norm/gamma",
+        "norm/beta",
+        "mlp_dense_1/kernel",
+        "mlp_dense_1/bias",
+        "mlp_dense_2/kernel",
+        "mlp_dense_2/bias",
+    )
+)
 _BLOCK_WEIGHTS = (
     "attention_norm/gamma",
     "attention_norm/beta",
@@ -62,12 +82,13 @@ def unrotatable_weights(model):
     """The weight paths of `model` outside the layout `rotated_copy` rewrites (empty: it can).
 
     The layout: a keras_vit `VisionTransformer` classifier with learned
-    position embeddings, q/k/v biases, class-token or average pooling and
-    one or two plain heads (a convolutional stem, a MAP head, a
+    position embeddings, q/k/v biases, class-token, average or attention
+    (MAP) pooling and one or two plain heads (a convolutional stem, a
     representation layer or no head at all are outside it).
     """
     paths = [variable.path for variable in model.weights]
     known = set(_STREAM_WRITERS) | {"encoder_norm/gamma", "encoder_norm/beta"}
+    known |= set(_MAP_HEAD_WEIGHTS)
     known |= {f"{head}/{name}" for head in _READERS for name in ("kernel", "bias")}
     blocks = {path.split("/")[0] for path in paths if path.startswith("encoderblock_")}
     known |= {f"{block}/{name}" for block in blocks for name in _BLOCK_WEIGHTS}
@@ -227,10 +248,31 @@ def rotated_copy(model, seed=0):
         put(f"{block}/mlp_dense_1/kernel", kernel)
         put(f"{block}/mlp_dense_1/bias", bias)
         reset(f"{block}/mlp_norm")
-    for head in _READERS:
-        if f"{head}/kernel" in weights:
-            kernel, bias = read_after("encoder_norm", get(f"{head}/kernel"), get(f"{head}/bias"))
-            put(f"{head}/kernel", kernel)
-            put(f"{head}/bias", bias)
+    if "map_head/probe" in weights:
+        # The probe's keys and values read the stream; the head's own norm
+        # reads the head's width, whose gain and offset its MLP takes in.
+        key_value = get("map_head/key_value/kernel")  # (width, 2, heads, head_dim)
+        kernel, bias = read_after(
+            "encoder_norm",
+            key_value.reshape(width, -1),
+            get("map_head/key_value/bias").reshape(-1),
+        )
+        put("map_head/key_value/kernel", kernel.reshape(key_value.shape))
+        put("map_head/key_value/bias", bias.reshape(key_value.shape[1:]))
+        kernel = get("map_head/mlp_dense_1/kernel")
+        put("map_head/mlp_dense_1/kernel", get("map_head/norm/gamma")[:, None] * kernel)
+        put(
+            "map_head/mlp_dense_1/bias",
+            get("map_head/mlp_dense_1/bias") + get("map_head/norm/beta") @ kernel,
+        )
+        reset("map_head/norm")
+    else:
+        for head in _READERS:
+            if f"{head}/kernel" in weights:
+                kernel, bias = read_after(
+                    "encoder_norm", get(f"{head}/kernel"), get(f"{head}/bias")
+                )
+                put(f"{head}/kernel", kernel)
+                put(f"{head}/bias", bias)
     reset("encoder_norm")
     return copy

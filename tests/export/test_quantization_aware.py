@@ -27,9 +27,9 @@ TINY = dict(
 )
 
 
-def float_model(layer_scale_init=0.1, seed=0):
+def float_model(layer_scale_init=0.1, seed=0, **layout):
     """A tiny float ViT with random weights of a trained model's spread (LayerScale, norms)."""
-    model = keras_vit.ViT(**TINY, layer_scale_init=layer_scale_init)
+    model = keras_vit.ViT(**TINY, layer_scale_init=layer_scale_init, **layout)
     rng = np.random.default_rng(seed)
     for variable in model.weights:
         value = rng.normal(size=variable.shape) * (0.4 if len(variable.shape) > 1 else 0.1)
@@ -344,6 +344,58 @@ def test_each_int8_product_of_the_file_is_the_simulated_rounding_of_its_inputs(
         if op["op_name"] == "QUANTIZE" and op["inputs"][0]["dtype"] == np.int8
     ]
     assert requantizations == []
+
+
+# The bound of `distance_to_simulation` for a MAP head's file. In "int8" its
+# norm's MEAN is int8 (its inputs are), at its inputs' scale, which the
+# simulation rounds the mean to as well: 0.34 on the tiny model here, 0.46
+# without that rounding, 0.95 for the file that ignored the learned ranges.
+# In "int8_full" (the encoder's bound) such a file sits at 1.10 and the
+# right one at 1.02: what guards its ranges is the structural check.
+MAP_HEAD_CLOSER_THAN_FLOAT = {"int8": 0.4, "int8_full": CLOSER_THAN_FLOAT["int8_full"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
+def test_a_map_heads_qat_copy_trains_and_its_litert_file_computes_the_simulation(mode, tmp_path):
+    # SigLIP's layout: no class token; a MAP head's probe attends over the tokens.
+    model, x = float_model(pooling="map", class_token=False), images(64)
+    copy = quantization_aware_copy(model, mode, x)
+    np.testing.assert_allclose(outputs(float_copy(copy), x), outputs(model, x), atol=2e-4)
+    head_points = [
+        layer.path
+        for layer in _compat.all_layers(copy)
+        if isinstance(layer, fake_quantization.ActivationQuantizer) and "map_head" in layer.path
+    ]
+    assert len(head_points) >= {"int8": 8, "int8_full": 15}[mode], head_points
+    keras.utils.set_random_seed(0)
+    copy.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    copy.fit(x, np.random.default_rng(2).integers(0, 4, 64), batch_size=32, epochs=2, verbose=0)
+    simulated = outputs(copy, x)
+    assert np.isfinite(simulated).all()
+    if BACKEND != "tensorflow":
+        return  # (the conversion is TensorFlow's: the file once)
+    path = tmp_path / "map.tflite"
+    keras_vit.export.tflite(copy, path, quantization=mode, representative_data=x)
+    # The probe's query is a constant of the file, computed with its rounding
+    # (one of its points folded into it); every other learned range is a
+    # tensor's quantization there.
+    folded = set(learned_ranges(copy)) - set(ranges_in_file(copy, path))
+    assert len(folded) == 1 and folded <= {
+        "map_head/query/inputs_quantizer",
+        "map_head/query/outputs_quantizer",
+    }, folded
+    if mode == "int8_full":  # integer-only: float only where the logits leave the file
+        floats = [op["op_name"] for op in graph_ops(path) if op["outputs"][0]["dtype"] != np.int8]
+        assert floats == ["DEQUANTIZE"], floats
+    served = TFLiteModel(path)(x)
+    assert distance_to_simulation(copy, served, x) <= MAP_HEAD_CLOSER_THAN_FLOAT[mode]
+    assert np.mean(served.argmax(-1) == simulated.argmax(-1)) >= 0.9
+    for kind, levels, expected in int8_products(path, x[0]):
+        assert np.mean(levels.reshape(-1) != expected) <= 1e-3, kind
 
 
 def test_a_symmetric_point_keeps_zero_point_zero_through_calibration_and_training():

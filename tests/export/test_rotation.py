@@ -18,6 +18,7 @@ LAYOUTS = {
     ),
     "average pooling, no LayerScale": dict(pooling="gap"),
     "heads of 12 channels (no Hadamard matrix)": dict(hidden_dim=24, num_heads=2),
+    "SigLIP's: no class token, a MAP head": dict(pooling="map", class_token=False),
 }
 
 
@@ -64,7 +65,6 @@ def test_a_rotated_copy_computes_the_same_outputs_without_the_outlier_channel(la
 
 def test_layouts_outside_the_rewrite_are_named_and_refused():
     for options, named, argument in (
-        (dict(pooling="map"), "map_head", "pooling='map'"),
         (dict(stem_filters=(8,), patch_size=2), "stem", "stem_filters=(8,)"),
         (dict(include_top=False, pooling="token"), "no head/kernel", "include_top=False"),
     ):

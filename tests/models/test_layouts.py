@@ -14,7 +14,6 @@ from tests.conftest import TINY
 REFUSED = [
     dict(pooling="max"),
     dict(pooling="token_gap"),
-    dict(pooling="map"),
     dict(position_embedding="sincos2d"),
     dict(stem_filters=(8,), patch_size=2),
     dict(representation_size=8),
@@ -26,6 +25,7 @@ REFUSED = [
 def test_the_plain_layouts_are_taken_and_each_other_is_named():
     assert layouts.qat_unsupported(TINY) == {}
     assert layouts.qat_unsupported({**TINY, "pooling": "gap", "class_token": False}) == {}
+    assert layouts.qat_unsupported({**TINY, "pooling": "map", "class_token": False}) == {}
     assert layouts.qat_unsupported({**TINY, "layer_scale_init": 0.1}) == {}  # (folded)
     for change in REFUSED:
         refused = layouts.qat_unsupported({**TINY, **change})
