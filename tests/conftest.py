@@ -29,30 +29,9 @@ import threading
 import time
 import typing
 
-
-def compile_xla_with_fewer_llvm_optimizations():
-    """XLA's LLVM back end at -O1 in the suite's processes and the interpreters they start.
-
-    A JAX suite spends most of its CPU compiling the functions of models it
-    runs a few times each, and LLVM's optimizations are a large part of a
-    compile: at -O1 a tiny ViT's JAX training script spends a fifth less
-    CPU, its weights within 3e-7 of -O2's. (-O0 saves a third but is not
-    the same arithmetic: tanh GELU's gradient 1.3e-5 off, a BatchNorm stem's
-    training NaN.) TensorFlow's XLA compilations read the same flag; users'
-    own runs keep XLA's default. Set before Keras starts a backend, which
-    reads `XLA_FLAGS` once; a level given in `XLA_FLAGS` is kept.
-    """
-    flag = "--xla_backend_optimization_level=1"
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_backend_optimization_level" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
-
-
-compile_xla_with_fewer_llvm_optimizations()
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import keras
+import numpy as np
+import pytest
 
 BACKEND = keras.backend.backend()
 ALL_BACKENDS = ("tensorflow", "jax", "torch")
