@@ -358,6 +358,9 @@ MAP_HEAD_CLOSER_THAN_FLOAT = {"int8": 0.4, "int8_full": CLOSER_THAN_FLOAT["int8_
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
 def test_a_map_heads_qat_copy_trains_and_its_litert_file_computes_the_simulation(mode, tmp_path):
+    if BACKEND != "tensorflow" and mode == "int8":
+        # (On the other backends the head's rounding trains in the mode with the most points.)
+        pytest.skip("the int8 file is TensorFlow's; int8_full trains on every backend")
     # SigLIP's layout: no class token; a MAP head's probe attends over the tokens.
     model, x = float_model(pooling="map", class_token=False), images(64)
     copy = quantization_aware_copy(model, mode, x)
