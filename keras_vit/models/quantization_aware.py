@@ -53,11 +53,10 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
 
     Args:
         model: a keras_vit `VisionTransformer` with a head (`include_top`),
-            of the plain layout (learned position embeddings, class token,
-            no stem, `pre_logits` or distillation token; attention (MAP)
-            pooling is taken;
-            LayerScale is folded). A LoRA model is merged first. `model`
-            itself is left as it is.
+            of the plain layout (learned position embeddings, class-token,
+            average or attention (MAP) pooling, no stem, `pre_logits` or
+            distillation token; LayerScale is folded). A LoRA model is
+            merged first. `model` itself is left as it is.
         mode: `"int8"` or `"int8_full"`, the `quantization` the copy will
             be exported with.
         calibration_images: at least `MIN_CALIBRATION_IMAGES` images of the
