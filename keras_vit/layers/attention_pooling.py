@@ -6,7 +6,12 @@ from keras import ops
 from keras_vit.layers import fake_quantization
 from keras_vit.layers.gelu_dense import GeluDense, QuantizationAwareDense
 from keras_vit.layers.layer_normalization import LayerNormalization
-from keras_vit.layers.multi_head_self_attention import _projection_initializer, fresh_initializer
+from keras_vit.layers.multi_head_self_attention import (
+    ATTENTION_POINTS,
+    _projection_initializer,
+    fresh_initializer,
+    scaled_dot_product,
+)
 from keras_vit.layers.projection import Projection
 
 # The projections' variables in the layer's own, as files of the earlier layout
@@ -186,14 +191,7 @@ class AttentionPooling(keras.layers.Layer):
         self.mlp_dense_1.build(probe_shape)
         self.mlp_dense_2.build((None, self.mlp_dim))
         self.quantizers = fake_quantization.quantizers(
-            self.qat,
-            {
-                "scaled_query": "steps",
-                "logits": "steps",
-                "probabilities": "activations",
-                "context": "activations",
-                "mlp_residual": "steps",
-            },
+            self.qat, {**ATTENTION_POINTS, "mlp_residual": "steps"}
         )
 
     def load_own_variables(self, store):
@@ -217,26 +215,16 @@ class AttentionPooling(keras.layers.Layer):
 
         tokens = inputs[:, self.num_prefix_tokens :]
         head_dim = self.hidden_dim // self.num_heads
-        # The probe's query, scaled before the product (as the encoder's
-        # attention), `(1, heads, 1, head_dim)`: one query for every image.
-        query = ops.reshape(self.query(self.probe[0], training=training), (1, -1, 1, head_dim))
-        query = point("scaled_query", query * ops.cast(head_dim**-0.5, query.dtype))
+        # The probe's query, `(1, 1, heads, head_dim)`: one query for every image.
+        query = ops.reshape(self.query(self.probe[0], training=training), (1, 1, -1, head_dim))
         key_value = self.key_value(ops.reshape(tokens, (-1, self.hidden_dim)), training=training)
         key_value = ops.reshape(key_value, (ops.shape(tokens)[0], -1, 2, self.num_heads, head_dim))
         key, value = (ops.squeeze(part, axis=2) for part in ops.split(key_value, 2, axis=2))
-        # Head-major batched matmuls, the keys and values their right operands
-        # (LiteRT's int8 BATCH_MATMUL, as the encoder's attention converts).
-        logits = ops.matmul(query, ops.transpose(key, (0, 2, 3, 1)))  # (batch, heads, 1, keys)
-        # The softmax in float32 under mixed precision, as the encoder's attention.
-        logits = ops.cast(logits, "float32")
-        if sizes is not None:
-            logits = logits + ops.log(ops.cast(sizes, "float32"))[:, None, None, :]
-        probabilities = point("probabilities", ops.softmax(point("logits", logits), axis=-1))
-        context = ops.matmul(
-            ops.cast(probabilities, value.dtype), ops.transpose(value, (0, 2, 1, 3))
-        )
-        context = point("context", ops.reshape(context, (-1, self.num_heads, head_dim)))
-        x = self.out(context, training=training)
+        # The encoder's attention arithmetic (and rounding), the query broadcast
+        # over the batch; the softmax in float32 under mixed precision.
+        key_bias = None if sizes is None else ops.log(ops.cast(sizes, "float32"))
+        context, _ = scaled_dot_product(query, key, value, point, key_bias=key_bias)
+        x = self.out(ops.reshape(context, (-1, self.num_heads, head_dim)), training=training)
         y = self.mlp_dense_1(self.norm(x, training=training), training=training)
         x = point("mlp_residual", x + self.mlp_dense_2(y, training=training))
         return x

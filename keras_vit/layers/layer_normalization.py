@@ -92,7 +92,8 @@ class LayerNormalization(keras.layers.LayerNormalization):
     # Where this layer's inputs are int8 in the file, the rounding to their
     # levels (a function, set by the layer that rounds them; not
     # configuration): LiteRT's MEAN of int8 values keeps its input's scale,
-    # so the mean is rounded so where the mode has no point of its own for it.
+    # so where the mode has no point of its own for the mean, the mean is
+    # rounded to those levels.
     round_to_input_levels = None
 
     def build(self, input_shape):

@@ -56,6 +56,46 @@ def attention_output_spec(layer, inputs, return_attention_scores):
     return outputs, scores
 
 
+# The quantization points of an attention's scaled dot product and their
+# kinds (`fake_quantization`): LiteRT's "int8" computes the
+# probabilities-value product in int8 too, its operands and its consumer are.
+ATTENTION_POINTS = {
+    "scaled_query": "steps",
+    "logits": "steps",
+    "probabilities": "activations",
+    "context": "activations",
+}
+
+
+def scaled_dot_product(query, key, value, point, key_bias=None, full_precision=False, drop=None):
+    """Attention as two batched matmuls over head-major tensors; also the probabilities.
+
+    Takes `(batch, tokens, heads, head_dim)` queries, keys and values (a
+    batch or token axis of 1 broadcasts: a MAP head's one probe) and returns
+    the context of the queries' shape and the probabilities `(batch, heads,
+    queries, keys)` in float32. The query is scaled before the product, as
+    in the reference (Flax). With `full_precision`, the logits are computed
+    in float32 even under mixed precision (for returned scores); otherwise
+    in the compute dtype and the softmax in float32, as the fused op does.
+    `key_bias` (`(batch, keys)`, float32) is added to the logits of every
+    query. `point(name, x)` rounds at each of `ATTENTION_POINTS` (a
+    quantization-aware layer's; the identity elsewhere); `drop` is the
+    probabilities' dropout, if any. The keys and values are the matmuls'
+    right operands, as LiteRT's int8 BATCH_MATMUL takes them.
+    """
+    head_dim = query.shape[-1]
+    if full_precision:
+        query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
+    query = ops.transpose(point("scaled_query", query * head_dim**-0.5), (0, 2, 1, 3))
+    logits = ops.cast(ops.matmul(query, ops.transpose(key, (0, 2, 3, 1))), "float32")
+    if key_bias is not None:  # (batch, keys): added to every head's and query's logits
+        logits = logits + key_bias[:, None, None, :]
+    scores = point("probabilities", ops.softmax(point("logits", logits), axis=-1))
+    probabilities = scores if drop is None else drop(scores)
+    context = ops.matmul(ops.cast(probabilities, value.dtype), ops.transpose(value, (0, 2, 1, 3)))
+    return ops.transpose(point("context", context), (0, 2, 1, 3)), scores
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
     """Multi-head scaled dot-product self-attention (MSA) of ViT.
@@ -192,17 +232,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out", round_inputs=False
         )
         self.out.build((None, *heads))
-        # LiteRT's "int8" computes the probabilities-value product in int8
-        # too: its operands and its consumer are.
-        self.quantizers = fake_quantization.quantizers(
-            self.qat,
-            {
-                "scaled_query": "steps",
-                "logits": "steps",
-                "probabilities": "activations",
-                "context": "activations",
-            },
-        )
+        self.quantizers = fake_quantization.quantizers(self.qat, ATTENTION_POINTS)
 
     def load_own_variables(self, store):
         # Files of the earlier layout hold the projections' variables in this
@@ -272,15 +302,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         key_bias=None,
         training=None,
     ):
-        """Attention as two batched matmuls over heads; also the probabilities.
+        """`scaled_dot_product` of this layer: its quantization points, its dropout.
 
-        Takes and returns `(batch, tokens, heads, head_dim)`; the
-        probabilities are `(batch, heads, q, k)` in float32. The query is
-        scaled before the product, as in the reference (Flax). With
-        `full_precision`, the logits are computed in float32 even under
-        mixed precision (for returned scores); otherwise in the compute
-        dtype and the softmax in float32, as the fused op does. `key_bias`
-        (`(batch, keys)`, float32) is added to the logits of every query.
         A quantization-aware layer (`qat="int8_full"`) rounds the scaled
         query, the logits, the probabilities and the context (`training`
         moves their ranges).
@@ -289,20 +312,18 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         def point(name, x):
             return fake_quantization.at_point(self.quantizers, name, x, training)
 
-        if full_precision:
-            query, key = ops.cast(query, "float32"), ops.cast(key, "float32")
-        query = ops.transpose(point("scaled_query", query * self.head_dim**-0.5), (0, 2, 1, 3))
-        logits = ops.cast(ops.matmul(query, ops.transpose(key, (0, 2, 3, 1))), "float32")
-        if key_bias is not None:  # (batch, keys): added to every head's and query's logits
-            logits = logits + key_bias[:, None, None, :]
-        scores = point("probabilities", ops.softmax(point("logits", logits), axis=-1))
-        probabilities = scores
-        if use_dropout:
-            probabilities = keras.random.dropout(scores, self.dropout, seed=self.seed_generator)
-        context = ops.matmul(
-            ops.cast(probabilities, value.dtype), ops.transpose(value, (0, 2, 1, 3))
+        def drop(scores):
+            return keras.random.dropout(scores, self.dropout, seed=self.seed_generator)
+
+        return scaled_dot_product(
+            query,
+            key,
+            value,
+            point,
+            key_bias=key_bias,
+            full_precision=full_precision,
+            drop=drop if use_dropout else None,
         )
-        return ops.transpose(point("context", context), (0, 2, 1, 3)), scores
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

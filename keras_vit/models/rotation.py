@@ -197,11 +197,14 @@ def rotated_copy(model, seed=0):
     rotation = _rotation(width, seed)
     write = (np.eye(width) - 1.0 / width) @ rotation  # centre, then rotate
 
-    def read_after(norm, kernel, bias):
+    def folded(norm, kernel, bias):
         """`kernel` and `bias` of a layer that reads `norm`'s output, with its gamma and beta in."""
-        return rotation.T @ (get(f"{norm}/gamma")[:, None] * kernel), bias + get(
-            f"{norm}/beta"
-        ) @ kernel
+        return get(f"{norm}/gamma")[:, None] * kernel, bias + get(f"{norm}/beta") @ kernel
+
+    def read_after(norm, kernel, bias):
+        """`folded`, for a layer that reads the rotated stream through `norm`."""
+        kernel, bias = folded(norm, kernel, bias)
+        return rotation.T @ kernel, bias
 
     def reset(norm):
         put(f"{norm}/gamma", np.ones(width))
@@ -259,12 +262,11 @@ def rotated_copy(model, seed=0):
         )
         put("map_head/key_value/kernel", kernel.reshape(key_value.shape))
         put("map_head/key_value/bias", bias.reshape(key_value.shape[1:]))
-        kernel = get("map_head/mlp_dense_1/kernel")
-        put("map_head/mlp_dense_1/kernel", get("map_head/norm/gamma")[:, None] * kernel)
-        put(
-            "map_head/mlp_dense_1/bias",
-            get("map_head/mlp_dense_1/bias") + get("map_head/norm/beta") @ kernel,
+        kernel, bias = folded(
+            "map_head/norm", get("map_head/mlp_dense_1/kernel"), get("map_head/mlp_dense_1/bias")
         )
+        put("map_head/mlp_dense_1/kernel", kernel)
+        put("map_head/mlp_dense_1/bias", bias)
         reset("map_head/norm")
     else:
         for head in _READERS:
