@@ -245,17 +245,38 @@ def trained_qat():
     return TrainedQAT()
 
 
+class QATFiles(dict):
+    """The LiteRT file of each mode's trained QAT model, converted when first asked for."""
+
+    def __init__(self, trained, folder):
+        super().__init__()
+        self.trained, self.folder = trained, folder
+
+    def __missing__(self, mode):
+        path = self.folder / f"{mode}.tflite"
+        keras_vit.export.tflite(
+            self.trained[mode], path, quantization=mode, representative_data=images(64, seed=5)
+        )
+        self[mode] = path
+        return path
+
+
+@pytest.fixture(scope="module")
+def qat_files(trained_qat, tmp_path_factory):
+    return QATFiles(trained_qat, tmp_path_factory.mktemp("qat_files"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
-def test_the_litert_file_of_a_qat_model_computes_its_simulated_outputs(trained_qat, mode, tmp_path):
+def test_the_litert_file_of_a_qat_model_computes_its_simulated_outputs(
+    trained_qat, qat_files, mode
+):
     if BACKEND == "jax" or (BACKEND == "torch" and mode != "int8_full"):
         # From the other backends the model travels to TensorFlow as its
         # .keras file, ranges and all, whatever the mode and the backend:
         # one mode from one of them shows it.
         pytest.skip("one mode from one other backend is enough: the conversion is TensorFlow's")
-    model, x = trained_qat[mode], images(64, seed=5)
-    path = tmp_path / "qat.tflite"
-    keras_vit.export.tflite(model, path, quantization=mode, representative_data=x)
+    model, x, path = trained_qat[mode], images(64, seed=5), qat_files[mode]
     # Every range it learned is a tensor's quantization in the file.
     assert sorted(ranges_in_file(model, path)) == sorted(learned_ranges(model))
     # And the file computes what the model simulated, to LiteRT's integer
@@ -314,18 +335,14 @@ def int8_products(path, x):
 @pytest.mark.slow
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="the file's arithmetic, on one backend")
 @pytest.mark.parametrize("mode", fake_quantization.QAT_MODES)
-def test_each_int8_product_of_the_file_is_the_simulated_rounding_of_its_inputs(
-    trained_qat, mode, tmp_path
-):
+def test_each_int8_product_of_the_file_is_the_simulated_rounding_of_its_inputs(qat_files, mode):
     # Op by op, the file computes what the simulation does of the same
     # int8 inputs. (XNNPACK's int8 batch matmul takes its right operand at
     # zero point 0: an asymmetric range for the keys and values would offset
     # every product. A requantization between two ranges, 8-bit multiplier
     # there, would round apart.)
-    model, x = trained_qat[mode], images(8, seed=5)
-    path = tmp_path / "qat.tflite"
-    keras_vit.export.tflite(model, path, quantization=mode, representative_data=x)
-    products = int8_products(path, x[0])
+    path = qat_files[mode]
+    products = int8_products(path, images(1, seed=5)[0])
     kinds = {kind for kind, _, _ in products}
     assert kinds == {"FULLY_CONNECTED", "BATCH_MATMUL"}
     for kind, served, simulated in products:

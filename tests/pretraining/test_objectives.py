@@ -93,24 +93,44 @@ def test_the_mae_loss_is_the_squared_error_on_dropped_patches():
     assert loss == pytest.approx(expected, rel=1e-5)
 
 
+class Pretrained(dict):
+    """Each objective's model after a few fit steps, and its loss before and after them.
+
+    Fitted when a test first asks for it: the tests of what a trained
+    pretraining model does (its loss went down, its encoder transfers, its
+    file round-trips) share one run per objective.
+    """
+
+    def __missing__(self, name):
+        objective, model = built(name)
+        data = objective.batches(image_batches(), model).take(1).cache().repeat(12)
+        history = model.fit(data, epochs=1, verbose=0)
+        before = model.evaluate(data.take(1), verbose=0, return_dict=True)["loss"]
+        model.fit(data, epochs=2, verbose=0)
+        after = model.evaluate(data.take(1), verbose=0, return_dict=True)["loss"]
+        self[name] = objective, model, history.history["loss"], before, after
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def pretrained():
+    return Pretrained()
+
+
 @pytest.mark.parametrize("name", sorted(OBJECTIVES))
 @pytest.mark.slow
-def test_a_few_fit_steps_lower_the_loss(name):
-    objective, model = built(name)
-    data = objective.batches(image_batches(), model).take(1).cache().repeat(12)
-    history = model.fit(data, epochs=1, verbose=0)
-    before = model.evaluate(data.take(1), verbose=0, return_dict=True)["loss"]
-    model.fit(data, epochs=2, verbose=0)
-    after = model.evaluate(data.take(1), verbose=0, return_dict=True)["loss"]
-    assert np.isfinite(history.history["loss"]).all()
+def test_a_few_fit_steps_lower_the_loss(pretrained, name):
+    _, _, first_epoch, before, after = pretrained[name]
+    assert np.isfinite(first_epoch).all()
     assert after < 0.9 * before, (before, after)
 
 
 @pytest.mark.parametrize("name", ["mpp", "mae"])
 @pytest.mark.slow
-def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, tmp_path):
-    objective, model = built(name)
-    model.fit(objective.batches(image_batches(), model), epochs=1, verbose=0)
+def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(
+    pretrained, name, tmp_path
+):
+    _, model, *_ = pretrained[name]
     pretrained = {w.path: keras.ops.convert_to_numpy(w) for w in model.weights}
     path = str(tmp_path / "pretrained.keras")
     model.save(path)
@@ -140,10 +160,9 @@ def test_the_transferred_encoder_weights_are_exactly_the_pretrained_ones(name, t
 
 @pytest.mark.parametrize("name", ["mpp_grid", "mae"])
 @pytest.mark.slow
-def test_the_pretraining_model_round_trips_through_a_keras_file(name, tmp_path):
-    objective, model = built(name)
+def test_the_pretraining_model_round_trips_through_a_keras_file(pretrained, name, tmp_path):
+    objective, model, *_ = pretrained[name]
     batches = objective.batches(image_batches(), model)
-    model.fit(batches, epochs=1, verbose=0)
     inputs, targets, weights = next(iter(batches))
     path = str(tmp_path / "model.keras")
     model.save(path)
