@@ -93,12 +93,12 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
         self.base = float(base)
         self.num_prefix_tokens = num_prefix_tokens
 
-    def angles(self, grid):
-        """The `(rows * columns, head_dim)` angles of the patches of `grid`, float32."""
+    def coordinates(self, grid):
+        """The `(rows * columns, 2)` centres of the patches of `grid`, row by row, float32.
+
+        Each in [-1, 1] along each axis (`(i + 0.5) / rows * 2 - 1`).
+        """
         rows, columns = ops.shape(grid)[1:3] if len(getattr(grid, "shape", ())) == 4 else grid
-        # The reference's `base ** arange(0, 1, 4 / head_dim)`, in float32.
-        exponents = ops.arange(self.head_dim // 4, dtype="float32") * (4.0 / self.head_dim)
-        frequencies = 1.0 / ops.power(ops.cast(self.base, "float32"), exponents)
 
         def centres(count):  # (count: an int, or a tensor where the grid is known at run time)
             places = ops.cast(ops.arange(count), "float32") + 0.5
@@ -106,15 +106,34 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
 
         row_of = ops.repeat(centres(rows), columns)  # row by row, as the patches
         column_of = ops.tile(centres(columns), [rows])
-        coordinates = ops.stack([row_of, column_of], axis=-1)  # (patches, 2)
-        turns = 2 * math.pi * coordinates[:, :, None] * frequencies[None, None, :]
-        half = ops.reshape(turns, (-1, self.head_dim // 2))
-        return ops.concatenate([half, half], axis=-1)
+        return ops.stack([row_of, column_of], axis=-1)
+
+    def rotation_at(self, coordinates):
+        """The rotation of tokens whose patches sit at `coordinates`.
+
+        `coordinates`: `(patches, 2)` (`coordinates(grid)`), or
+        `(batch, patches, 2)` float32 where each image's tokens sit
+        elsewhere: token merging's merged tokens, each at the size-weighted
+        mean of its patches' centres. Returns `(2, num_prefix_tokens +
+        patches, head_dim)` or `(2, batch, num_prefix_tokens + patches,
+        head_dim)`: what `rotate` takes.
+        """
+        coordinates = ops.cast(coordinates, "float32")
+        # The reference's `base ** arange(0, 1, 4 / head_dim)`, in float32.
+        exponents = ops.arange(self.head_dim // 4, dtype="float32") * (4.0 / self.head_dim)
+        frequencies = 1.0 / ops.power(ops.cast(self.base, "float32"), exponents)
+        turns = (
+            2 * math.pi * coordinates[..., None] * frequencies
+        )  # (..., patches, 2, head_dim / 4)
+        leading = (-1,) if len(coordinates.shape) == 2 else (-1, coordinates.shape[1])
+        half = ops.reshape(turns, (*leading, self.head_dim // 2))
+        angles = ops.concatenate([half, half], axis=-1)
+        before = [[0, 0]] * (len(coordinates.shape) - 2)
+        angles = ops.pad(angles, [*before, [self.num_prefix_tokens, 0], [0, 0]])  # 0: unturned
+        return ops.stack([ops.cos(angles), ops.sin(angles)])
 
     def call(self, grid):
-        angles = self.angles(grid)
-        angles = ops.pad(angles, [[self.num_prefix_tokens, 0], [0, 0]])  # angle 0: unturned
-        return ops.stack([ops.cos(angles), ops.sin(angles)])
+        return self.rotation_at(self.coordinates(grid))
 
     def compute_output_shape(self, grid_shape):
         rows, columns = grid_shape[1:3] if len(grid_shape) == 4 else (None, None)
@@ -133,12 +152,16 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
 def rotate(x, rotation):
     """`x` (`(batch, tokens, heads, head_dim)`) turned by a `RotaryPositionEmbedding2D` rotation.
 
+    The rotation is one for every image (`(2, tokens, head_dim)`) or each
+    image's own (`(2, batch, tokens, head_dim)`).
+
     Each pair of channels half a head apart turns by its token's angle
     (transformers' `x * cos + rotate_half(x) * sin`); a prefix token's
     angle is 0, which leaves it exactly as it is.
     """
     x = ops.convert_to_tensor(x)
-    cos = ops.cast(rotation[0], x.dtype)[:, None, :]  # (tokens, 1 head axis, head_dim)
-    sin = ops.cast(rotation[1], x.dtype)[:, None, :]
+    # (tokens, 1 head axis, head_dim), or (batch, tokens, 1, head_dim): each image's own.
+    cos = ops.expand_dims(ops.cast(rotation[0], x.dtype), -2)
+    sin = ops.expand_dims(ops.cast(rotation[1], x.dtype), -2)
     first, second = ops.split(x, 2, axis=-1)
     return x * cos + ops.concatenate([-second, first], axis=-1) * sin

@@ -3,6 +3,7 @@
 import keras
 
 from keras_vit.layers.attention_pooling import AttentionPooling
+from keras_vit.layers.rotary_position_embedding import RotaryPositionEmbedding2D
 from keras_vit.layers.token_merging_block import TokenMergingBlock
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_block import TransformerBlock
@@ -40,7 +41,9 @@ def merge_tokens(model, r):
             DeiT's two heads, its class and distillation tokens never
             merged) or `pooling="map"` (SigLIP's attention-pooling head,
             whose probe then attends in proportion too: each key's logit
-            gains `log(size)`).
+            gains `log(size)`). Its positions may be a table or rotary
+            (DINOv3's): a merged token then turns by the rotation at the
+            size-weighted mean of its patches' centres.
         r: int >= 1, the pairs merged in each block; at most what the
             patches allow (`largest_merge`, e.g. 19 for the 256 patches of
             a ViT-S/14 at 224 px).
@@ -72,12 +75,6 @@ def merge_tokens(model, r):
             f"'map' (a MAP head) and one output. Received: model {model.name!r} with pooling "
             f"{mode!r}"
         )
-    if any(layer.name == "rotary_embedding" for layer in model.layers):
-        raise ValueError(
-            "merge_tokens averages tokens that the next block's rotary positions "
-            "(position_embedding='rope') would turn each by its own patch's place. "
-            f"Received: model {model.name!r} with a rotary_embedding layer"
-        )
     num_tokens = block_tokens(blocks[0]).shape[1]
     if num_tokens is None:
         raise ValueError(
@@ -102,9 +99,16 @@ def _merged_graph(model, r, pooling):
     merged tokens' sizes on from one to the next.
     """
     copied = {id(model.inputs[0]): model.inputs[0]}
-    sizes = None
+    merged = None  # what each block hands the next: [sizes] or [sizes, coordinates]
+    rotary = {}
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
+            continue
+        if isinstance(layer, RotaryPositionEmbedding2D):
+            # Not copied: each merging block turns its tokens where they sit
+            # (the blocks' `rotation` is not handed on).
+            rotary = dict(rope_base=layer.base, grid_size=tuple(layer.input.shape[1:3]))
+            copied[id(layer.output)] = None
             continue
         inputs = layer.input
         several = isinstance(inputs, (list, tuple))
@@ -117,13 +121,15 @@ def _merged_graph(model, r, pooling):
         taken = [copied[id(tensor)] for tensor in taken]
         if isinstance(layer, TransformerBlock):
             config = {**layer.get_config(), "remat": False}
-            copy = TokenMergingBlock(r=r, num_prefix_tokens=pooling.num_prefix_tokens, **config)
-            output, sizes = copy(taken[0] if sizes is None else [taken[0], sizes])
+            copy = TokenMergingBlock(
+                r=r, num_prefix_tokens=pooling.num_prefix_tokens, **rotary, **config
+            )
+            output, *merged = copy(taken[0] if merged is None else [taken[0], *merged])
         elif isinstance(layer, AttentionPooling):
             # Proportional attention in the MAP head too: a merged token weighs as
             # the patches it stands for.
             copy = AttentionPooling.from_config(layer.get_config())
-            output = copy(taken[0], sizes=sizes)
+            output = copy(taken[0], sizes=merged[0])
         else:
             copy = type(layer).from_config(layer.get_config())
             output = copy(taken if several else taken[0])

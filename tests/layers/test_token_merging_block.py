@@ -106,3 +106,10 @@ def test_a_merging_block_round_trips_through_its_config_and_refuses_bad_values()
     for name, value in (("r", -1), ("r", 1.5), ("num_prefix_tokens", True)):
         with pytest.raises(ValueError, match=f"{name}={value!r}"):
             TokenMergingBlock(num_heads=2, mlp_dim=8, **{"r": 1, name: value})
+    rotary = TokenMergingBlock(r=1, rope_base=100.0, grid_size=[3, 4], num_heads=2, mlp_dim=8)
+    clone = TokenMergingBlock.from_config(rotary.get_config())
+    assert (clone.rope_base, clone.grid_size) == (100.0, (3, 4))
+    with pytest.raises(ValueError, match=r"rope_base.*above 1.*rope_base=1"):
+        TokenMergingBlock(r=1, rope_base=1, grid_size=(3, 4), num_heads=2, mlp_dim=8)
+    with pytest.raises(ValueError, match=r"grid_size.*with `rope_base`.*grid_size=None"):
+        TokenMergingBlock(r=1, rope_base=100.0, num_heads=2, mlp_dim=8)

@@ -87,8 +87,6 @@ def test_tools_that_cannot_apply_to_rotary_positions_say_so_and_name_the_part():
     ):
         keras_vit.ViT(**TINY, position_embedding="rotary")
     model = rope_model()
-    with pytest.raises(ValueError, match=r"merge_tokens.*position_embedding='rope'"):
-        keras_vit.models.merge_tokens(model, r=2)
     with pytest.raises(ValueError, match=r"position_embedding='rope'"):
         keras_vit.models.quantization_aware_copy(rope_model(include_top=True), "int8", images(16))
     # What does apply: LoRA, and Keras' quantization.

@@ -4,6 +4,7 @@ import pytest
 from keras import ops
 
 import keras_vit
+from keras_vit.layers import RotaryPositionEmbedding2D, TokenMergingBlock, TransformerBlock
 from keras_vit.models import largest_merge, merge_tokens
 from tests.conftest import BACKEND, TINY, on_one_backend, randomize_weights
 
@@ -13,6 +14,10 @@ FUNCTION = dict(TINY, approximate_gelu=False, layer_scale_init=0.1, classifier_a
 
 def images(count=4):
     return np.random.default_rng(1).uniform(0, 255, (count, 16, 16, 3)).astype("float32")
+
+
+# DINOv3's layout: rotary positions, registers, LayerScale, the class token's head.
+ROPE_LAYOUT = dict(position_embedding="rope", num_register_tokens=2)
 
 
 def test_each_block_merges_r_pairs_and_the_model_saves_and_loads(tmp_path):
@@ -115,12 +120,99 @@ def test_merge_tokens_refuses_what_it_cannot_merge():
         merge_tokens(keras_vit.ViT(**{**TINY, "input_shape": (None, None, 3)}), 2)
 
 
+def rope_block(r, num_prefix_tokens=1, **kwargs):
+    block = TokenMergingBlock(
+        r=r,
+        num_prefix_tokens=num_prefix_tokens,
+        rope_base=100.0,
+        grid_size=(4, 4),
+        num_heads=2,
+        mlp_dim=32,
+        layer_scale_init=0.5,
+        **kwargs,
+    )
+    block.build((None, num_prefix_tokens + 16, 16))
+    return randomize_weights(block, scale=0.5)
+
+
+def test_under_rotary_positions_a_block_turns_each_token_where_it_sits():
+    rng = np.random.default_rng(3)
+    tokens = rng.normal(size=(2, 17, 16)).astype("float32")
+    # Unmerged (r=0): the plain block's attention under the model's rotation of the grid.
+    block = rope_block(0)
+    plain = TransformerBlock(num_heads=2, mlp_dim=32, layer_scale_init=0.5)
+    plain.build((None, 17, 16))
+    plain.set_weights(block.get_weights())
+    rotation = RotaryPositionEmbedding2D(8, 100.0, num_prefix_tokens=1)(grid=(4, 4))
+    merged_tokens, sizes, coordinates = block(tokens)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(merged_tokens),
+        ops.convert_to_numpy(plain(tokens, rotation=rotation)),
+        atol=2e-5,
+    )
+    # The patches' centres, where no coordinates are given.
+    centres = ops.convert_to_numpy(RotaryPositionEmbedding2D(8).coordinates((4, 4)))
+    np.testing.assert_array_equal(ops.convert_to_numpy(coordinates), np.stack([centres] * 2))
+    assert sizes.shape == (2, 16)
+    # The rotation follows the coordinates given: elsewhere, other answers.
+    elsewhere = ops.convert_to_numpy(block([tokens, sizes, 2.0 * coordinates])[0])
+    assert np.abs(elsewhere - ops.convert_to_numpy(merged_tokens)).max() > 1e-2
+
+
+def test_under_rotary_positions_a_merged_token_sits_at_its_patches_size_weighted_centre():
+    rng = np.random.default_rng(4)
+    # No prefix token (each one sits unturned, whatever the patches' places).
+    tokens = rng.normal(size=(2, 16, 16)).astype("float32")
+    sizes = rng.integers(1, 4, (2, 16)).astype("float32")  # tokens of earlier merges
+    coordinates = rng.uniform(-1, 1, (2, 16, 2)).astype("float32")
+    block = rope_block(5, num_prefix_tokens=0)
+    merged, new_sizes, new_coordinates = (
+        ops.convert_to_numpy(t) for t in block([tokens, sizes, coordinates])
+    )
+    assert merged.shape == (2, 11, 16) and new_coordinates.shape == (2, 11, 2)
+    # Every patch is somewhere, once: the sizes and the size-weighted sum of
+    # the places are what they were.
+    np.testing.assert_allclose(new_sizes.sum(1), sizes.sum(1))
+    np.testing.assert_allclose(
+        (new_sizes[..., None] * new_coordinates).sum(1),
+        (sizes[..., None] * coordinates).sum(1),
+        atol=1e-5,
+    )
+    # Turning every token by one more angle leaves each query-key product:
+    # the same tokens come out, each one place further on (a place is a
+    # weighted mean of places).
+    shift = np.array([0.3, -0.2], "float32")
+    shifted = [ops.convert_to_numpy(t) for t in block([tokens, sizes, coordinates + shift])]
+    np.testing.assert_allclose(shifted[0], merged, atol=2e-5)
+    np.testing.assert_allclose(shifted[2], new_coordinates + shift, atol=1e-6)
+
+
+def test_a_rotary_models_merged_copy_merges_in_each_block_and_saves_and_loads(tmp_path):
+    model = randomize_weights(keras_vit.ViT(**FUNCTION, **ROPE_LAYOUT), scale=0.5)
+    merged = merge_tokens(model, 3)
+    # 16 patches, the class token and two registers: 3 fewer after each block.
+    assert [merged.get_layer(f"encoderblock_{i}").output[0].shape[1] for i in (0, 1)] == [16, 13]
+    assert "rotary_embedding" not in [layer.name for layer in merged.layers]
+    outputs = ops.convert_to_numpy(merged(images()))
+    unmerged = ops.convert_to_numpy(model(images()))
+    assert 1e-3 < np.abs(outputs - unmerged).max() < 0.2 * np.abs(unmerged).max()
+    path = str(tmp_path / "merged.keras")
+    merged.save(path)
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(keras.saving.load_model(path)(images())), outputs, atol=1e-6
+    )
+
+
 @on_one_backend("tensorflow", "TensorFlow converts every backend's model")
-@pytest.mark.parametrize("head", ["token", "map"])
+@pytest.mark.parametrize("head", ["token", "map", "rope"])
 def test_exports_keep_the_merging(tmp_path, head):
     import onnxruntime
 
-    layout = {} if head == "token" else dict(pooling="map", class_token=False)  # SigLIP's
+    layout = {
+        "token": {},
+        "map": dict(pooling="map", class_token=False),  # SigLIP's
+        "rope": ROPE_LAYOUT,  # DINOv3's
+    }[head]
     model = randomize_weights(keras_vit.ViT(**FUNCTION, **layout), scale=0.5)
     merged = merge_tokens(model, 5)
     expected = ops.convert_to_numpy(merged(images()))
