@@ -103,7 +103,6 @@ def test_recipes_compile_and_train(images):
     # XLA on TensorFlow too (Keras leaves it off without an accelerator),
     # from the run length where it pays for its compile time; always on JAX.
     for steps in (TENSORFLOW_XLA_MIN_STEPS - 1, TENSORFLOW_XLA_MIN_STEPS):
-        model = keras_vit.ViT(**TINY, classifier_activation=None)
         RECIPES["small"].compile(model, total_steps=steps)
         expected = {"jax": True, "tensorflow": steps >= TENSORFLOW_XLA_MIN_STEPS, "torch": False}
         assert bool(model.jit_compile) is expected[keras.backend.backend()], steps
