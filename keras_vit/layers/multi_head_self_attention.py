@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_vit.layers import fake_quantization
 from keras_vit.layers.projection import Projection
-from keras_vit.layers.rotary_position_embedding import rotate
+from keras_vit.layers.rotary_position_embedding import ROTATION_POINTS, rotate
 from keras_vit.ops.attention import fused_attention, fused_attention_kernel_available
 from keras_vit.ops.switch import fast_kernels_enabled
 
@@ -183,13 +183,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
 
-    def build(self, input_shape):
-        hidden_dim = input_shape[-1]
-        if len(input_shape) != 3 or hidden_dim is None:
+    def build(self, inputs_shape, rotation_shape=None):
+        hidden_dim = inputs_shape[-1]
+        if len(inputs_shape) != 3 or hidden_dim is None:
             raise ValueError(
                 "MultiHeadSelfAttention expects tokens of shape "
                 "(batch, num_tokens, hidden_dim) with a known hidden_dim. "
-                f"Received: input_shape={tuple(input_shape)}"
+                f"Received: input_shape={tuple(inputs_shape)}"
             )
         if hidden_dim % self.num_heads:
             raise ValueError(
@@ -232,7 +232,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "abc,bcd->ad", (hidden_dim,), "d", (*heads, hidden_dim), "out", round_inputs=False
         )
         self.out.build((None, *heads))
-        self.quantizers = fake_quantization.quantizers(self.qat, ATTENTION_POINTS)
+        # A rotary attention (one called with a rotation) rounds its turns too;
+        # the rotated keys are the batch matmul's right operand.
+        points = {**ATTENTION_POINTS, **(ROTATION_POINTS if rotation_shape is not None else {})}
+        self.quantizers = fake_quantization.quantizers(self.qat, points, symmetric=("key_rotated",))
 
     def load_own_variables(self, store):
         # Files of the earlier layout hold the projections' variables in this
@@ -252,7 +255,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     def call(self, inputs, training=None, return_attention_scores=False, rotation=None):
         query, key, value = self.project(inputs)
         if rotation is not None:
-            query, key = rotate(query, rotation), rotate(key, rotation)
+
+            def point(name, x):
+                return fake_quantization.at_point(self.quantizers, name, x, training)
+
+            query, key = (
+                rotate(query, rotation, point, "query"),
+                rotate(key, rotation, point, "key"),
+            )
         use_dropout = bool(training) and self.dropout > 0
         explicit = return_attention_scores or use_dropout or self.qat is not None
         if explicit or not (fast_kernels_enabled() and fused_attention_kernel_available()):

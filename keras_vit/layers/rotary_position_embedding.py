@@ -149,7 +149,16 @@ class RotaryPositionEmbedding2D(keras.layers.Layer):
         }
 
 
-def rotate(x, rotation):
+# The quantization points of a rotation in LiteRT's integer-only mode
+# (`{name: kind}` for a query's or key's `name`; see `layers.fake_quantization`):
+# the two products and their sum. The cosines and sines are constants of
+# the file, which the converter rounds on its own.
+ROTATION_POINTS = {
+    f"{name}_{step}": "steps" for name in ("query", "key") for step in ("cos", "sin", "rotated")
+}
+
+
+def rotate(x, rotation, point=None, name=None):
     """`x` (`(batch, tokens, heads, head_dim)`) turned by a `RotaryPositionEmbedding2D` rotation.
 
     The rotation is one for every image (`(2, tokens, head_dim)`) or each
@@ -157,11 +166,25 @@ def rotate(x, rotation):
 
     Each pair of channels half a head apart turns by its token's angle
     (transformers' `x * cos + rotate_half(x) * sin`); a prefix token's
-    angle is 0, which leaves it exactly as it is.
+    angle is 0, which leaves it exactly as it is. `rotate_half`'s sign
+    sits in the sines (`[-sin, sin]` times the swapped halves): the same
+    float values, and no negation of `x` for LiteRT to run in float.
+    `point(step, x)` rounds at each of `ROTATION_POINTS` (a quantization-
+    aware attention's, for `x` its `name`: `"query"` or `"key"`).
     """
     x = ops.convert_to_tensor(x)
+    point = point or _unrounded
     # (tokens, 1 head axis, head_dim), or (batch, tokens, 1, head_dim): each image's own.
     cos = ops.expand_dims(ops.cast(rotation[0], x.dtype), -2)
     sin = ops.expand_dims(ops.cast(rotation[1], x.dtype), -2)
+    sin_first, sin_second = ops.split(sin, 2, axis=-1)
+    signed_sin = ops.concatenate([-sin_first, sin_second], axis=-1)
     first, second = ops.split(x, 2, axis=-1)
-    return x * cos + ops.concatenate([-second, first], axis=-1) * sin
+    turned = point(f"{name}_cos", x * cos) + point(
+        f"{name}_sin", ops.concatenate([second, first], axis=-1) * signed_sin
+    )
+    return point(f"{name}_rotated", turned)
+
+
+def _unrounded(step, value):
+    return value

@@ -188,13 +188,13 @@ class TransformerBlock(keras.layers.Layer):
             self.attention_scale = LayerScale(layer_scale_init, name="attention_scale", **common)
             self.mlp_scale = LayerScale(layer_scale_init, name="mlp_scale", **common)
 
-    def build(self, input_shape):
-        hidden_dim = input_shape[-1]
-        if len(input_shape) != 3 or hidden_dim is None:
+    def build(self, inputs_shape, rotation_shape=None):
+        hidden_dim = inputs_shape[-1]
+        if len(inputs_shape) != 3 or hidden_dim is None:
             raise ValueError(
                 "TransformerBlock expects tokens of shape "
                 "(batch, num_tokens, hidden_dim) with a known hidden_dim. "
-                f"Received: input_shape={tuple(input_shape)}"
+                f"Received: input_shape={tuple(inputs_shape)}"
             )
         # (A quantization-aware block's rounds; the plain one is Keras' own.)
         dense = keras.layers.Dense if self.qat is None else QuantizationAwareDense
@@ -207,14 +207,14 @@ class TransformerBlock(keras.layers.Layer):
             # (Its inputs, GELU's outputs, are rounded by `mlp_dense_1`.)
             **({} if self.qat is None else {"qat": self.qat, "round_inputs": False}),
         )
-        self.attention_norm.build(input_shape)
-        self.attention.build(input_shape)
-        self.mlp_norm.build(input_shape)
-        self.mlp_dense_1.build(input_shape)
-        self.mlp_dense_2.build((*input_shape[:-1], self.mlp_dim))
+        self.attention_norm.build(inputs_shape)
+        self.attention.build(inputs_shape, rotation_shape)
+        self.mlp_norm.build(inputs_shape)
+        self.mlp_dense_1.build(inputs_shape)
+        self.mlp_dense_2.build((*inputs_shape[:-1], self.mlp_dim))
         for scale in (self.attention_scale, self.mlp_scale):
             if scale is not None:
-                scale.build(input_shape)
+                scale.build(inputs_shape)
         self.quantizers = fake_quantization.quantizers(
             self.qat, {"attention_residual": "steps", "mlp_residual": "steps"}
         )

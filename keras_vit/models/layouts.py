@@ -26,9 +26,11 @@ def _refused(layout, checks):
 def unrotatable(arguments):
     """`{argument: value}` of what `rotation.rotated_copy` cannot rewrite (empty: it can).
 
-    The layout it rewrites: patches of pixels, a learned position table,
-    class-token, average or attention (MAP) pooling, no `pre_logits`
-    layer, one or two plain heads, the paper's MLP.
+    The layout it rewrites: patches of pixels, a learned position table
+    or rotary positions (a rotation of the stream leaves the heads'
+    turns of their queries and keys as they are), class-token, average
+    or attention (MAP) pooling, no `pre_logits` layer, one or two plain
+    heads, the paper's MLP.
 
     Example:
 
@@ -41,7 +43,7 @@ def unrotatable(arguments):
         {
             "include_top": bool(layout["include_top"]),
             "stem_filters": layout["stem_filters"] is None,
-            "position_embedding": layout["position_embedding"] == "learned",
+            "position_embedding": layout["position_embedding"] in ("learned", "rope"),
             "pooling": layout["pooling"] in ROTATABLE_POOLINGS,
             "representation_size": not layout["representation_size"],
             "mlp": layout["mlp"] == "gelu",

@@ -211,8 +211,16 @@ class TokenLayout:
         """Every token before the patches."""
         return self.num_embedded + self.num_register_tokens
 
-    def prepend(self, x, qat, dtype):
-        """The class and distillation tokens before the patch tokens."""
+    def prepend(self, x, qat, dtype, registers=False):
+        """The class and distillation tokens before the patch tokens; with `registers`, those too.
+
+        (Registers join after a position table is added, `insert_registers`;
+        where none is, they go in front of the patches before the class
+        token: a concatenation with no slicing, whose int8 range in LiteRT
+        is then the class token's point's.)
+        """
+        if registers:
+            x = self.insert_registers(x, dtype, index=0)
         if self.distillation_token:
             x = vit_layers.ClassToken(name="distillation_token", dtype=dtype)(x)
         if self.class_token:
@@ -223,11 +231,13 @@ class TokenLayout:
             x = quantization_point(x, qat, "class_token", "activations")
         return x
 
-    def insert_registers(self, x, dtype):
+    def insert_registers(self, x, dtype, index=None):
+        """The registers after the first `index` tokens (default: the class and distillation)."""
         if not self.num_register_tokens:
             return x
+        index = self.num_embedded if index is None else index
         return vit_layers.RegisterTokens(
-            self.num_register_tokens, index=self.num_embedded, name="register_tokens", dtype=dtype
+            self.num_register_tokens, index=index, name="register_tokens", dtype=dtype
         )(x)
 
 
@@ -383,6 +393,7 @@ class Encoder:
         `rotation`: a `RotaryPositionEmbedding2D`'s, handed to every block.
         """
         rotated = {} if rotation is None else {"rotation": rotation}
+        entry = tokens._keras_history.operation if hasattr(tokens, "_keras_history") else None
         x = tokens
         if self.patch_dropout_rate:
             x = vit_layers.PatchDropout(
@@ -398,7 +409,7 @@ class Encoder:
         rates = np.linspace(0.0, self.drop_path_rate, self.num_layers)  # rising to the last block
         for index, drop_path_rate in enumerate(rates):
             name = f"encoderblock_{index}"
-            x = vit_layers.TransformerBlock(
+            block = vit_layers.TransformerBlock(
                 num_heads=self.num_heads,
                 mlp_dim=self.mlp_dim,
                 dropout_rate=self.dropout_rate,
@@ -413,10 +424,20 @@ class Encoder:
                 qat=qat,
                 name=name,
                 dtype=dtype,
-            )(x, **rotated)
+            )
+            if index == 0 and isinstance(entry, vit_layers.fake_quantization.ActivationQuantizer):
+                # The tokens enter int8 in LiteRT (a point's outputs, no table
+                # added after it), and LiteRT's MEAN keeps its input's scale.
+                block.attention_norm.round_to_input_levels = _levels_of(entry)
+            x = block(x, **rotated)
         return vit_layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, qat=qat, name="encoder_norm", dtype=dtype
         )(x)
+
+
+def _levels_of(quantizer):
+    """The rounding to `quantizer`'s int8 levels, its range left as it is."""
+    return lambda x: quantizer(x, training=False)
 
 
 def _block_remat(scope, name, tokens):

@@ -53,7 +53,8 @@ def quantization_aware_copy(model, mode, calibration_images, batch_size=32):
 
     Args:
         model: a keras_vit `VisionTransformer` with a head (`include_top`),
-            of the plain layout (learned position embeddings, class-token,
+            of the plain layout (learned position embeddings or rotary
+            positions, registers, class-token,
             average or attention (MAP) pooling, no stem, `pre_logits` or
             distillation token; LayerScale is folded). A LoRA model is
             merged first. `model` itself is left as it is.

@@ -93,7 +93,7 @@ def unrotatable_weights(model):
     blocks = {path.split("/")[0] for path in paths if path.startswith("encoderblock_")}
     known |= {f"{block}/{name}" for block in blocks for name in _BLOCK_WEIGHTS}
     outside = [path for path in paths if path not in known]
-    for required in ("position_embedding/embeddings", "head/kernel", "encoder_norm/gamma"):
+    for required in ("patch_embedding/kernel", "head/kernel", "encoder_norm/gamma"):
         if required not in paths:
             outside.append(f"(no {required})")
     outside += [
@@ -179,7 +179,7 @@ def rotated_copy(model, seed=0):
     outside = unrotatable_weights(model)
     if outside:
         raise ValueError(
-            "`rotated_copy` rewrites keras_vit ViT classifiers with learned position embeddings, "
+            "`rotated_copy` rewrites keras_vit ViT classifiers with a patch embedding, "
             f"q/k/v biases and plain heads; this model has {', '.join(outside[:5])}"
             f"{' and more' if len(outside) > 5 else ''}. Received: model={model.name!r}"
         )
@@ -193,7 +193,7 @@ def rotated_copy(model, seed=0):
     def put(path, value):
         weights[path].assign(value.astype(weights[path].dtype))
 
-    width = weights["position_embedding/embeddings"].shape[-1]
+    width = weights["patch_embedding/kernel"].shape[-1]
     rotation = _rotation(width, seed)
     write = (np.eye(width) - 1.0 / width) @ rotation  # centre, then rotate
 

@@ -143,10 +143,11 @@ class VisionTransformer(keras.Model):
             qat=qat,
             dtype=policy,
         )
-        x = tokens.prepend(x, qat, policy)
-        x = positions.add(x, grid_size, tokens.num_embedded, grid, policy)
-        x = model_parts.quantization_point(x, qat, "position_embedding", "steps")
-        x = tokens.insert_registers(x, policy)
+        x = tokens.prepend(x, qat, policy, registers=positions.rotary)
+        if not positions.rotary:
+            x = positions.add(x, grid_size, tokens.num_embedded, grid, policy)
+            x = tokens.insert_registers(x, policy)
+            x = model_parts.quantization_point(x, qat, "position_embedding", "steps")
         rotation = positions.rotation(grid, encoder, tokens.num_prefix, policy)
         x = encoder.encode(
             x,
