@@ -44,8 +44,10 @@ _KINDS = {
     "int8": {"dense_inputs", "dense_outputs", "activations"},
     "int8_full": {"dense_outputs", "activations", "steps"},
 }
-# A softmax's int8 output in LiteRT: scale 1/256, zero point -128.
+# A softmax's int8 output in LiteRT: scale 1/256, zero point -128; a
+# LOGISTIC's (a sigmoid's) too.
 SOFTMAX_RANGE = (0.0, 255.0 / 256.0)
+_SOFTMAX_LIKE = ("probabilities", "gate_sigmoid")
 
 
 def check_qat(qat, argument="qat"):
@@ -296,7 +298,7 @@ def quantizers(qat, points, shape=None, symmetric=()):
     made = {}
     for name, kind in points.items():
         if kind in _KINDS[qat]:
-            fixed = SOFTMAX_RANGE if name == "probabilities" else None
+            fixed = SOFTMAX_RANGE if name in _SOFTMAX_LIKE else None
             made[name] = ActivationQuantizer(
                 fixed_range=fixed, symmetric=name in symmetric, name=f"{name}_quantizer"
             )

@@ -139,7 +139,7 @@ class GeluDense(QuantizationAwareDense):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class SwiGLUDense(keras.layers.Dense):
+class SwiGLUDense(QuantizationAwareDense):
     """The gated MLP's first layer: `silu(x W_gate + b_gate) * (x W_up + b_up)`.
 
     SwiGLU (Shazeer 2020), DINOv3's larger models' MLP (`DINOv3ViTGatedMLP`:
@@ -150,6 +150,11 @@ class SwiGLUDense(keras.layers.Dense):
 
     Args:
         units: int, the width of the gated hidden layer (the MLP's `mlp_dim`).
+        qat: `None`, `"int8"` or `"int8_full"`: as `QuantizationAwareDense`
+            (the product of both projections), and the gated outputs rounded
+            per tensor; with `"int8_full"` also the gate's sigmoid (at
+            LiteRT's fixed int8 range of a LOGISTIC) and `silu` (the gate
+            times its sigmoid), as LiteRT computes them.
         **kwargs: the other arguments of `keras.layers.Dense` (not
             `activation`), e.g. `kernel_initializer` and `name`.
 
@@ -159,7 +164,7 @@ class SwiGLUDense(keras.layers.Dense):
     ((2, 8), (4, 16))
     """
 
-    def __init__(self, units, **kwargs):
+    def __init__(self, units, qat=None, **kwargs):
         if "activation" in kwargs:
             raise TypeError(
                 "SwiGLUDense gates itself and takes no `activation`. "
@@ -167,24 +172,34 @@ class SwiGLUDense(keras.layers.Dense):
             )
         if isinstance(units, bool) or not isinstance(units, int) or units < 1:
             raise ValueError(f"`units` must be a positive int. Received: units={units!r}")
-        super().__init__(2 * units, **kwargs)
+        super().__init__(2 * units, qat=qat, **kwargs)
         self.gated_units = units
 
-    def _gated(self, outputs):
+    points = {
+        **QuantizationAwareDense.points,
+        "gate_sigmoid": "activations",  # (its LOGISTIC reads the int8 gate in "int8" too)
+        "gate_silu": "steps",
+        "activations": "activations",
+    }
+
+    def _gated(self, outputs, training=None):
         gate, up = ops.split(outputs, 2, axis=-1)
-        return ops.silu(gate) * up
+        if self.qat is None:
+            return ops.silu(gate) * up
+
+        def point(name, x):
+            return fake_quantization.at_point(self.quantizers, name, x, training)
+
+        # silu as LiteRT runs it: a LOGISTIC, then the gate times it.
+        silu = point("gate_silu", gate * point("gate_sigmoid", ops.sigmoid(gate)))
+        return point("activations", silu * up)
 
     def call(self, inputs, training=None):
-        return self._gated(super().call(inputs, training=training))
+        return self._gated(super().call(inputs, training=training), training)
 
     def quantized_call(self, inputs, training=None):
         # After `quantize()` Keras calls this instead of `call`.
         return self._gated(super().quantized_call(inputs, training=training))
-
-    def quantize(self, mode=None, type_check=True, config=None):
-        # Keras' Dense refuses to quantize subclasses, whose `call` it cannot
-        # vouch for; this one's is Dense's, then the gate.
-        super().quantize(mode, type_check=False, config=config)
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.gated_units)

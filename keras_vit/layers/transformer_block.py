@@ -116,10 +116,6 @@ class TransformerBlock(keras.layers.Layer):
             if not 0 <= rate < 1:
                 raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={rate!r}")
         check_mlp(mlp)
-        if mlp != "gelu" and self.qat is not None:
-            raise ValueError(
-                f"qat={self.qat!r} simulates the plain MLP (mlp='gelu'). Received: mlp={mlp!r}"
-            )
         self.num_heads = num_heads
         self.mlp_dim = mlp_dim
         self.mlp = mlp
@@ -170,7 +166,7 @@ class TransformerBlock(keras.layers.Layer):
             **common,
         )
         if mlp == "swiglu":
-            self.mlp_dense_1 = SwiGLUDense(mlp_dim, **first)
+            self.mlp_dense_1 = SwiGLUDense(mlp_dim, **first, **simulated)
         else:
             self.mlp_dense_1 = GeluDense(
                 mlp_dim, approximate=approximate_gelu, **first, **simulated

@@ -30,7 +30,7 @@ def unrotatable(arguments):
     or rotary positions (a rotation of the stream leaves the heads'
     turns of their queries and keys as they are), class-token, average
     or attention (MAP) pooling, no `pre_logits` layer, one or two plain
-    heads, the paper's MLP.
+    heads; either MLP (the paper's, or the gated one: its inside is its own).
 
     Example:
 
@@ -46,7 +46,6 @@ def unrotatable(arguments):
             "position_embedding": layout["position_embedding"] in ("learned", "rope"),
             "pooling": layout["pooling"] in ROTATABLE_POOLINGS,
             "representation_size": not layout["representation_size"],
-            "mlp": layout["mlp"] == "gelu",
         },
     )
 
