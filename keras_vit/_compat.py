@@ -220,6 +220,20 @@ def forget_traced_functions(model):
         model.train_function = model.test_function = model.predict_function = None
 
 
+# --- Models: the layer that made a symbolic tensor ----------------------------
+
+# A functional model's KerasTensor knows the layer that made it only through
+# `_keras_history` (keras/src/backend/common/keras_tensor.py); Keras has no
+# public getter. The encoder reads it to see whether its tokens come out of
+# a quantization point.
+
+
+def producing_layer(tensor):
+    """The layer whose call made the symbolic `tensor`, or `None` (an input, an eager tensor)."""
+    history = getattr(tensor, "_keras_history", None)
+    return None if history is None else history.operation
+
+
 # --- Models: keras.RematScope ---------------------------------------------
 
 # Every Keras operation reads the active `keras.RematScope` when it is made

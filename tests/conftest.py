@@ -437,7 +437,7 @@ def evaluated_accuracy(model_path):
     return float(re.search(r": accuracy ([0-9.]+),", printed.getvalue())[1])
 
 
-def run_python(code, backend=BACKEND, timeout=300, cold=False):
+def run_python(code, backend=BACKEND, timeout=900, cold=False):
     """Runs `code` in a fresh interpreter under `backend`; returns stdout.
 
     The interpreter is forked from one that has imported the package and its

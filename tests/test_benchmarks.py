@@ -597,7 +597,7 @@ def test_main_job_refuses_a_cnn_backend_that_is_not_among_the_backends():
         "tensorflow",
         "--cnn-backends",
         "jax",
-        timeout=300,
+        timeout=900,
     )
     assert done.returncode == 2
     assert "--cnn-backends" in done.stderr and "['jax']" in done.stderr

@@ -27,7 +27,7 @@ def console_environment(**extra):
     return environment
 
 
-def keras_vit(*args, environment=None, timeout=300):
+def keras_vit(*args, environment=None, timeout=900):
     """Runs `keras-vit ARGS` (the launcher module, as the console script does); (code, output)."""
     done = subprocess.run(
         [sys.executable, "-m", "keras_vit_launcher", *args],
@@ -109,7 +109,7 @@ with open(answers, "w") as f:
 """
 
 
-def keras_vit_runs(*commands, on_terminal=None, environment=None, timeout=300):
+def keras_vit_runs(*commands, on_terminal=None, environment=None, timeout=900):
     """`(code, output)` of each `keras-vit ARGS`, run one after another in one interpreter.
 
     `on_terminal`: the arguments of one more command, run last with the

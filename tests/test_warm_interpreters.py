@@ -41,7 +41,7 @@ def test_a_fork_runs_its_command_in_its_own_process_with_its_streams_and_exit_co
         input="from stdin",
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
     assert done.returncode == 3 and done.stderr == "to stderr\n", done
     seen = json.loads(done.stdout)
@@ -56,7 +56,7 @@ def test_a_fork_runs_its_command_in_its_own_process_with_its_streams_and_exit_co
         env=environment(),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
     assert module.returncode == 0 and module.stdout.startswith("keras-vit "), module
 
@@ -107,7 +107,7 @@ def test_the_server_starts_no_backend_and_only_import_time_variables_choose_it()
             env=environment(backend),
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=900,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout.splitlines()[-1]) == 3, backend

@@ -63,19 +63,27 @@ def check_qat(qat, argument="qat"):
 def calibrate(model, images, batch_size=32):
     """Sets the range of each of `model`'s quantization points to what `images` give there.
 
-    The images run through the model's float function (no rounding, eager),
-    each point recording the minimum and maximum of its inputs (the widest
-    over all batches, zero inside): what `models.quantization_aware_copy`
-    does to a new copy. The model's traced functions are dropped after it.
+    The images run through the model's float function (no rounding), each
+    point recording the minimum and maximum of its inputs (the widest over
+    all batches, zero inside): what `models.quantization_aware_copy` does to
+    a new copy. On JAX they run as `predict` runs them, one compiled
+    function for all batches (JAX's eager calls compile each op for each
+    shape anew: twice as slow); elsewhere eagerly (tracing costs TensorFlow
+    more than it saves). The model's traced functions are dropped before
+    and after it.
     """
     quantizers = [
         layer for layer in _compat.all_layers(model) if isinstance(layer, ActivationQuantizer)
     ]
+    _compat.forget_traced_functions(model)
     for quantizer in quantizers:
         quantizer.calibrating = True
     try:
-        for start in range(0, len(images), batch_size):
-            model(images[start : start + batch_size], training=False)
+        if keras.backend.backend() == "jax":
+            model.predict(images, batch_size=batch_size, verbose=0)
+        else:
+            for start in range(0, len(images), batch_size):
+                model(images[start : start + batch_size], training=False)
     finally:
         for quantizer in quantizers:
             quantizer.calibrating = False

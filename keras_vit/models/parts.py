@@ -26,6 +26,7 @@ import math
 import keras
 import numpy as np
 
+from keras_vit import _compat
 from keras_vit import layers as vit_layers
 from keras_vit.layers.patch_embedding import _pair
 from keras_vit.models.image_input import (
@@ -393,7 +394,7 @@ class Encoder:
         `rotation`: a `RotaryPositionEmbedding2D`'s, handed to every block.
         """
         rotated = {} if rotation is None else {"rotation": rotation}
-        entry = tokens._keras_history.operation if hasattr(tokens, "_keras_history") else None
+        entry = _compat.producing_layer(tokens)
         x = tokens
         if self.patch_dropout_rate:
             x = vit_layers.PatchDropout(

@@ -43,6 +43,7 @@ def make(batch_size, shard):
 # model inside the plan's scope).
 RUNS = {{"pretrain": ("pretrain", None), "paper_finetune": ("paper_finetune", None),
         "lora": ("pretrain", 2)}}
+RUNS = {{run: RUNS[run] for run in {runs}}}
 
 def one_step(plan, run):
     recipe, lora = RUNS[run]
@@ -92,10 +93,10 @@ print(json.dumps(result))
 """
 
 
-def one_step(backend, devices, kinds):
+def one_step(backend, devices, kinds, runs=("pretrain", "paper_finetune", "lora")):
     """ONE_STEP's result in a fresh interpreter (a backend fixes its device count as it starts)."""
     architecture = {**TINY, "input_shape": (None, None, 3), "base_image_size": 8}
-    code = ONE_STEP.format(devices=devices, architecture=architecture, kinds=kinds)
+    code = ONE_STEP.format(devices=devices, architecture=architecture, kinds=kinds, runs=runs)
     return last_json_line(run_python(code, backend=backend))
 
 
@@ -180,15 +181,18 @@ def test_each_worker_reads_its_own_shard_in_batches_of_its_share():
 @pytest.mark.backend_independent
 @pytest.mark.slow
 def test_jax_data_and_model_parallel_steps_match_one_device():
-    result = one_step("jax", devices=4, kinds=("data", "model"))
+    # AdamW on the weights and on LoRA's adapters (SGD's step is TensorFlow's
+    # test: there each replica's gradient is clipped apart; here the global
+    # batch's gradient is one).
+    result = one_step("jax", devices=4, kinds=("data", "model"), runs=("pretrain", "lora"))
     data, model = result["data"], result["model"]
-    assert result["moved_pretrain"] > 5e-4 and result["moved_paper_finetune"] > 5e-4
+    assert result["moved_pretrain"] > 5e-4
     assert (data["engine"], data["replicas"]) == ("DataParallel", 4)
     assert (model["engine"], model["replicas"]) == ("ModelParallel", 2)  # 2 x 2 mesh
     # Same global batch and seed: the same weights after one step (LoRA's
     # adapters, added to the distributed model, too).
     assert result["moved_lora"] > 5e-4
-    for recipe in ("pretrain", "paper_finetune", "lora"):
+    for recipe in ("pretrain", "lora"):
         assert data["error_" + recipe] <= 1e-5 and model["error_" + recipe] <= 1e-5
     # Data parallel: every variable replicated over the 4 devices.
     assert all(spec == [] for spec in data["layouts"].values())
@@ -315,7 +319,7 @@ def test_two_workers_on_localhost_train_and_agree_on_the_weights(backend, tmp_pa
             )
         )
     try:
-        logs = [w.communicate(timeout=400)[0] for w in workers]
+        logs = [w.communicate(timeout=900)[0] for w in workers]
     finally:
         for w in workers:
             w.kill()
@@ -364,7 +368,7 @@ def test_train_command_runs_model_parallel_on_simulated_devices(tmp_path):
         env=dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3"),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "model parallel, 2 replicas (ModelParallel)" in result.stdout

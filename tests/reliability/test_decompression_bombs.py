@@ -242,7 +242,7 @@ def test_predict_names_each_bad_files_cause_and_answers_for_the_rest(tmp_path):
         command,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         env=console_environment(TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert done.returncode == 1, done.stderr
