@@ -102,30 +102,6 @@ def own_jax_compilations(folder):
 keep_jax_compilations_for_the_session()
 
 
-def compile_for_tiny_models():
-    """XLA compiles with fewer of LLVM's optimizations, here and in every child.
-
-    The tests' models are tiny, so a JAX test spends its time compiling, not
-    running: at LLVM's level 1 without its costly passes a JAX module takes a
-    quarter less CPU (tests/models/test_lora.py and
-    tests/training/test_recipes.py: 191 -> 145 s). XLA's own passes all run
-    and the values stay within float32's rounding of the default's; level 0
-    went further (128 s) but moved an approximate GELU's gradient by 1.3e-5
-    at one point, past tests/layers/test_gelu_dense.py's bound. Set before
-    any backend starts XLA (it reads the flags once); a user's own
-    `XLA_FLAGS` are kept, and a flag of theirs wins.
-    """
-    flags = os.environ.get("XLA_FLAGS", "")
-    ours = ["--xla_backend_optimization_level=1", "--xla_llvm_disable_expensive_passes=true"]
-    names = {flag.split("=")[0] for flag in flags.split()}
-    os.environ["XLA_FLAGS"] = " ".join(
-        [flag for flag in ours if flag.split("=")[0] not in names] + flags.split()
-    )
-
-
-compile_for_tiny_models()
-
-
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
