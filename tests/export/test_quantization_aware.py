@@ -133,8 +133,8 @@ def test_a_fresh_models_int8_full_copy_trains_with_finite_ranges_and_outputs():
     model = keras_vit.ViT(**{**TINY, "num_layers": 1})
     x, y = images(32), np.random.default_rng(2).integers(0, 4, 32)
     copy = quantization_aware_copy(model, "int8_full", x)
-    trained = keras.ops.convert_to_numpy(copy(x, training=True))
-    assert np.isfinite(trained).all()
+    in_training = keras.ops.convert_to_numpy(copy(x, training=True))
+    assert np.isfinite(in_training).all()
     copy.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
